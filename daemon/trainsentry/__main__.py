@@ -1,0 +1,3 @@
+from trainsentry.cli import main
+
+raise SystemExit(main())

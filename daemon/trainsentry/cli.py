@@ -1,0 +1,158 @@
+"""The `trainsentry` command. Parses arguments and wires modules; holds no logic of its own.
+
+Every subcommand exits non-zero with a one-line reason on bad input (a
+contract in DESIGN.md): errors are raised as UsageError and printed once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainsentry import __version__
+
+
+class UsageError(Exception):
+    """A problem the user can fix; printed as one line, exit status 2."""
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("TRAINSENTRY_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(xdg) / "trainsentry"
+
+
+def _existing(paths: Sequence[str]) -> list[Path]:
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"no such file or directory: {missing[0]}")
+    return [Path(p) for p in paths]
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from trainsentry.reading import iter_batches
+
+    paths = _existing(args.paths)
+    out = sys.stdout
+    errors = 0
+
+    def on_error(msg: str) -> None:
+        nonlocal errors
+        errors += 1
+        print(f"trainsentry: skipped {msg}", file=sys.stderr)
+
+    if args.format == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["run", "tag", "step", "wall_time", "value"])
+        for batch in iter_batches(paths, on_error):
+            writer.writerows(batch)
+    else:
+        dumps = json.dumps
+        for batch in iter_batches(paths, on_error):
+            out.write("".join(dumps(p.as_dict()) + "\n" for p in batch))
+    out.flush()
+    if errors:
+        print(f"trainsentry: {errors} corrupt record(s) skipped", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from trainsentry.runtime import Daemon
+    from trainsentry.state import StateDB
+    from trainsentry.store import Store
+
+    paths = _existing(args.paths or ["."])
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    try:
+        state = StateDB(state_dir / "state.db")
+    except Exception as exc:
+        raise UsageError(f"cannot open state dir {state_dir}: {exc}") from None
+    store = Store()
+
+    def to_store(points: list) -> None:
+        for p in points:
+            store.add(p)
+
+    sinks = [to_store]
+    if args.verbose >= 2:
+        sinks.append(lambda pts: [print(json.dumps(p.as_dict()), flush=True) for p in pts])
+    daemon = Daemon(paths, state, sinks, poll=args.poll, on_release=store.release_run)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: daemon.stop())
+    where = ", ".join(str(p) for p in paths)
+    print(f"trainsentry {__version__}: watching {where} (state in {state_dir})", flush=True)
+    daemon.run_forever()
+    print(
+        f"trainsentry: stopped after reading {daemon.stats.points} points "
+        f"from {daemon.stats.files} files",
+        flush=True,
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainsentry",
+        description="Watches the logs of training jobs and alerts before a run is lost.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainsentry {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="watch log directories and evaluate rules live")
+    run.add_argument("paths", nargs="*", metavar="PATH", help="log roots to watch (default .)")
+    run.add_argument("--state-dir", help="where offsets and alert state live")
+    run.add_argument(
+        "--poll",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="poll every SECONDS instead of inotify (network filesystems are polled anyway)",
+    )
+    run.add_argument(
+        "-v", "--verbose", action="count", default=0, help="-v: log reads; -vv: print points"
+    )
+    run.set_defaults(func=cmd_run)
+
+    dump = sub.add_parser("dump", help="print the points as parsed")
+    dump.add_argument("paths", nargs="+", metavar="PATH")
+    dump.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    dump.set_defaults(func=cmd_dump)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING
+    if getattr(args, "verbose", 0) >= 1:
+        level = logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("watchdog").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"trainsentry: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"trainsentry: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

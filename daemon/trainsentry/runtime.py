@@ -1,0 +1,191 @@
+"""The live daemon's loop: the one place where watcher, tailers, state and sinks meet.
+
+Each cycle reads only the files the watcher reported (or all of them on a
+sweep), hands the new points to the sinks, and only then commits the read
+offsets in one transaction. A crash between the two re-reads at most one
+cycle's points; a clean stop (SIGTERM) loses and repeats nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainsentry.point import Point
+from trainsentry.sources.discover import Root, classify
+from trainsentry.sources.tail import FileTail
+from trainsentry.state import StateDB
+from trainsentry.watcher import Watcher
+
+log = logging.getLogger(__name__)
+
+PointSink = Callable[[list[Point]], None]
+
+# Even with inotify, sweep now and then: events can be lost (queue overflow,
+# watch limit reached, a directory created between listing and watching).
+SAFETY_SWEEP_SECONDS = 30.0
+DEFAULT_POLL_SECONDS = 2.0
+
+
+@dataclass(slots=True)
+class Stats:
+    points: int = 0
+    skipped_records: int = 0
+    files: int = 0
+    cycles: int = 0
+
+
+class Daemon:
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        state: StateDB,
+        sinks: Sequence[PointSink],
+        *,
+        poll: float | None = None,
+        on_error: Callable[[str], None] | None = None,
+        on_release: Callable[[str], None] | None = None,
+    ) -> None:
+        self.roots = [Root.watched(Path(p)) for p in paths]
+        self.state = state
+        self.sinks = list(sinks)
+        self.poll = poll
+        self.stats = Stats()
+        self._on_error = on_error or (lambda msg: log.warning("%s", msg))
+        self._on_release = on_release
+        self._tails: dict[str, FileTail] = {}
+        self._checkpoints = state.load_offsets()
+        self._watcher = Watcher()
+        self._pending: set[str] = set()
+        self._last_sweep = 0.0
+        self.stop_event = threading.Event()
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        if self.poll is None:
+            self._watcher.watch([r.top for r in self.roots])
+        self._sweep()
+
+    def run_forever(self) -> None:
+        self.start()
+        try:
+            while not self.stop_event.is_set():
+                self.cycle()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._watcher.stop()
+        self._save()
+        for tail in self._tails.values():
+            tail.close()
+        self.state.close()
+
+    # -- one cycle ----------------------------------------------------------
+
+    def stop(self) -> None:
+        """Safe from a signal handler: the loop ends after its current cycle."""
+        self.stop_event.set()
+        self._watcher.wakeup.set()
+
+    def cycle(self, timeout: float | None = None) -> int:
+        """Wait for changes (or the sweep timer), read them, deliver, commit."""
+        if self.poll is not None:
+            interval = self.poll
+        elif len(self._watcher.native) < len(self.roots):
+            interval = DEFAULT_POLL_SECONDS  # some root is on a network filesystem
+        else:
+            interval = SAFETY_SWEEP_SECONDS
+        if not self._pending:
+            wait = max(0.0, self._last_sweep + interval - time.monotonic())
+            if timeout is not None:
+                wait = min(wait, timeout)
+            event = self._watcher.wakeup if self._watcher.native else self.stop_event
+            event.wait(wait)
+        if self.stop_event.is_set():
+            return 0
+        if time.monotonic() - self._last_sweep >= interval:
+            return self._sweep()
+        files, dirs = self._watcher.take()
+        for d in dirs:
+            self._discover(Path(d))
+        for f in files:
+            if f in self._tails:
+                self._pending.add(f)
+            elif classify(os.path.basename(f)) and os.path.isfile(f):
+                self._discover(Path(f))
+        return self._read(self._pending)
+
+    def _sweep(self) -> int:
+        self._last_sweep = time.monotonic()
+        for root in self.roots:
+            self._discover(root.top)
+        return self._read(set(self._tails))
+
+    def _discover(self, top: Path) -> None:
+        for root in self.roots:
+            if top != root.top and root.top not in top.parents:
+                continue
+            if not top.exists():
+                continue
+            for found in root.scan(top):
+                key = str(found.path)
+                if key not in self._tails:
+                    self._tails[key] = FileTail(found, self._checkpoints.pop(key, None))
+                    self._pending.add(key)
+                    log.info("following %s (run %s)", key, found.run)
+
+    def _read(self, keys: set[str]) -> int:
+        batch: list[Point] = []
+        touched: list[FileTail] = []
+        gone: list[str] = []
+        again: set[str] = set()
+        for key in sorted(keys):
+            tail = self._tails.get(key)
+            if tail is None:
+                continue
+            got = tail.read()
+            for err in got.errors:
+                self.stats.skipped_records += 1
+                self._on_error(err)
+            if got.points:
+                log.info("read %d points from %s", len(got.points), key)
+                batch.extend(got.points)
+            if got.more:
+                again.add(key)
+            if got.gone:
+                gone.append(key)
+            else:
+                touched.append(tail)
+        self._pending = again
+        if batch:
+            self.stats.points += len(batch)
+            for sink in self.sinks:
+                sink(batch)
+        self.state.save_offsets(t.checkpoint() for t in touched)
+        if gone:
+            self._release(gone)
+        self.stats.cycles += 1
+        self.stats.files = len(self._tails)
+        return len(batch)
+
+    def _release(self, keys: list[str]) -> None:
+        """Forget deleted files; a run with no file left is released downstream."""
+        runs = {self._tails[k].log.run for k in keys}
+        for k in keys:
+            self._tails.pop(k).close()
+            log.info("released %s", k)
+        self.state.forget_offsets(keys)
+        alive = {t.log.run for t in self._tails.values()}
+        for run in runs - alive:
+            if self._on_release is not None:
+                self._on_release(run)
+
+    def _save(self) -> None:
+        self.state.save_offsets(t.checkpoint() for t in self._tails.values())

@@ -1,0 +1,112 @@
+"""Which files are logs, what format they are, and which run they belong to.
+
+Run identity is a contract (DESIGN.md): a run is a directory that holds logs,
+its id is its path relative to the root being read. Keras writes a run as
+`train/` and `validation/` sub-directories; they are folded into the parent run
+with their name as a tag prefix, so `validation/epoch_loss` sits beside
+`train/epoch_loss` in one run, as TensorBoard users read it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# Keras' TensorBoard callback writes one writer per split; these are splits, not runs.
+SPLIT_DIRS = frozenset({"train", "validation", "eval", "test"})
+
+# Our own control files live here; never read as logs.
+CONTROL_DIR = ".trainsentry"
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    path: Path
+    kind: str  # "tfevents" | "jsonl" | "csv"
+    run: str
+    tag_prefix: str
+
+
+def classify(name: str) -> str | None:
+    """The format of a file by its name; None for files that are not logs.
+
+    TensorBoard event files are named `events.out.tfevents.<time>.<host>...`
+    by every writer; TensorBoard itself matches "tfevents" anywhere in the
+    name, and so do we. Profiler traces and plugin data are not metrics.
+    """
+    if "tfevents" in name:
+        if name.endswith((".profile-empty", ".pb", ".tmp")):
+            return None
+        return "tfevents"
+    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+        return "jsonl"
+    if name.endswith(".csv"):
+        return "csv"
+    return None
+
+
+def run_of(directory: Path, root: Path, root_name: str) -> tuple[str, str]:
+    """(run id, tag prefix) for a log file's directory under `root`.
+
+    `root_name` names files that sit directly in the root: `run ./logs` on a
+    single run directory should call it "logs", not ".".
+    """
+    rel = os.path.relpath(directory, root)
+    parts = [] if rel == "." else rel.split(os.sep)
+    prefix = ""
+    if parts and parts[-1] in SPLIT_DIRS:
+        prefix = parts.pop() + "/"
+    if not parts:
+        return root_name, prefix
+    return "/".join(parts), prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A path given on the command line, and what run ids are relative to.
+
+    `run PATH` names runs relative to PATH; `replay PATH` and `dump PATH`
+    relative to PATH's parent, so a single run directory keeps its name.
+    """
+
+    top: Path
+    rel_root: Path
+    name: str
+
+    @classmethod
+    def watched(cls, path: Path) -> Root:
+        path = path.absolute()
+        return cls(top=path, rel_root=path, name=path.name or "root")
+
+    @classmethod
+    def replayed(cls, path: Path) -> Root:
+        path = path.absolute()
+        return cls(top=path, rel_root=path.parent, name=path.parent.name or "root")
+
+    def describe(self, path: Path) -> LogFile | None:
+        kind = classify(path.name)
+        if kind is None or CONTROL_DIR in path.parts:
+            return None
+        run, prefix = run_of(path.parent, self.rel_root, self.name)
+        return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix)
+
+    def scan(self, top: Path | None = None) -> list[LogFile]:
+        """Every log file under `top` (default: the whole root), in sorted order.
+
+        os.walk is scandir-based: on a root of tens of thousands of run
+        directories this is the startup cost, and scandir avoids a stat per entry.
+        """
+        top = top or self.top
+        if top.is_file():
+            found = self.describe(top)
+            return [found] if found else []
+        out: list[LogFile] = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
+            base = Path(dirpath)
+            for name in sorted(filenames):
+                found = self.describe(base / name)
+                if found is not None:
+                    out.append(found)
+        return out

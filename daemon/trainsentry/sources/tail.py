@@ -1,0 +1,203 @@
+"""Follows one log file from a byte offset, across appends, truncation and replacement.
+
+The tailer owns everything about the file and nothing about its format: it
+reads bytes from the last offset and lets the decoder say how many formed
+complete records. Identity follows vector's file source: device+inode plus a
+fingerprint of the first bytes, so that a file rewritten in place
+(copytruncate, Lightning's header rewrite) or replaced (rename + create) is
+never resumed at a stale offset, and a restarted daemon resumes exactly where
+the last one stopped.
+
+The file is kept open between reads: when the path is renamed away or deleted,
+the open handle still reaches the old file, so what was appended to it before
+the rotation is drained instead of lost.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from trainsentry.point import Point
+from trainsentry.sources.base import Decoder
+from trainsentry.sources.discover import LogFile
+from trainsentry.sources.formats import new_decoder
+from trainsentry.state import Checkpoint
+
+FINGERPRINT_BYTES = 64
+READ_CHUNK = 4 << 20
+MAX_RECORD = 256 << 20
+
+
+@dataclass(slots=True)
+class TailRead:
+    points: list[Point] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    more: bool = False  # stopped at the byte budget with data left to read
+    gone: bool = False  # the path no longer exists and the old file is drained
+
+
+class FileTail:
+    def __init__(self, log: LogFile, checkpoint: Checkpoint | None = None) -> None:
+        self.log = log
+        self.path = str(log.path)
+        self.skipped_records = 0
+        self._fd: int | None = None
+        self._dev = self._ino = 0
+        self._fingerprint = b""
+        self._offset = 0
+        self._seen: tuple[int, int] = (-1, -1)
+        self._decoder: Decoder = new_decoder(log.kind)
+        self._resume = checkpoint
+
+    # -- public -------------------------------------------------------------
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    def read(self, budget: int = 64 << 20) -> TailRead:
+        """Read what was appended since the last call, up to about `budget` bytes."""
+        out = TailRead()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            out.errors.append(f"{self.path}: cannot stat: {exc}")
+            return out
+        if self._fd is not None and (st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)):
+            # Renamed away or deleted: finish the old file through our handle first.
+            self._drain(out, budget)
+            if out.more:
+                return out
+            self._close()
+            if st is None:
+                out.gone = True
+                return out
+            self._reset(rewritten=False)
+        if st is None:
+            out.gone = True
+            return out
+        if self._fd is None and not self._open(out):
+            return out
+        self._drain(out, budget)
+        return out
+
+    def checkpoint(self) -> Checkpoint:
+        if self._resume is not None:
+            return self._resume  # not opened yet: where the last process stopped still holds
+        return Checkpoint(
+            path=self.path,
+            dev=self._dev,
+            ino=self._ino,
+            fingerprint=self._fingerprint,
+            offset=self._offset,
+            decoder_state=self._decoder.snapshot(),
+        )
+
+    def close(self) -> None:
+        self._close()
+
+    # -- internals ----------------------------------------------------------
+
+    def _open(self, out: TailRead) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            out.gone = True
+            return False
+        except OSError as exc:
+            out.errors.append(f"{self.path}: cannot open: {exc}")
+            return False
+        st = os.fstat(fd)
+        self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
+        cp, self._resume = self._resume, None
+        if cp is not None and (cp.dev, cp.ino) == (st.st_dev, st.st_ino):
+            head = os.pread(fd, len(cp.fingerprint), 0)
+            if head == cp.fingerprint and st.st_size >= cp.offset:
+                self._fingerprint, self._offset = cp.fingerprint, cp.offset
+                self._decoder.restore(cp.decoder_state)
+                return True
+            # Same file, other content: rewritten in place while we were away.
+            self._decoder.continue_from(cp.decoder_state)
+        self._fingerprint = os.pread(fd, FINGERPRINT_BYTES, 0)
+        self._offset = 0
+        return True
+
+    def _reset(self, *, rewritten: bool) -> None:
+        """Start over at offset 0 with a fresh decoder."""
+        previous = self._decoder.snapshot()
+        self._decoder = new_decoder(self.log.kind)
+        if rewritten:
+            self._decoder.continue_from(previous)
+        self._offset = 0
+        self._seen = (-1, -1)
+        self._fingerprint = b""
+
+    def _check_rewritten(self, st: os.stat_result) -> None:
+        """Detect copytruncate and in-place rewrites of the open file."""
+        assert self._fd is not None
+        size = st.st_size
+        if (size, st.st_mtime_ns) == self._seen:
+            return  # unchanged since the last read: skip the fingerprint pread
+        self._seen = (size, st.st_mtime_ns)
+        if size < self._offset:
+            self._reset(rewritten=True)
+        elif self._fingerprint:
+            head = os.pread(self._fd, len(self._fingerprint), 0)
+            if head != self._fingerprint:
+                self._reset(rewritten=True)
+        if len(self._fingerprint) < FINGERPRINT_BYTES:
+            self._fingerprint = os.pread(self._fd, FINGERPRINT_BYTES, 0)
+
+    def _drain(self, out: TailRead, budget: int) -> None:
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            self._check_rewritten(st)
+        except OSError as exc:
+            out.errors.append(f"{self.path}: cannot read: {exc}")
+            return
+        size, mtime = st.st_size, st.st_mtime
+        run, prefix = self.log.run, self.log.tag_prefix
+        chunk = READ_CHUNK
+        spent = 0
+        while self._offset < size:
+            if spent >= budget:
+                out.more = True
+                return
+            want = min(chunk, size - self._offset)
+            try:
+                data = os.pread(fd, want, self._offset)
+            except OSError as exc:
+                out.errors.append(f"{self.path}: cannot read: {exc}")
+                return
+            if not data:
+                return  # shrank under us; the next read notices the truncation
+            at_eof = self._offset + len(data) >= size
+            decoded = self._decoder.feed(data, at_eof=at_eof, file_time=mtime)
+            for err in decoded.errors:
+                self.skipped_records += 1
+                out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
+            if prefix:
+                out.points.extend(
+                    Point(run, prefix + s[0], s[1], s[2], s[3]) for s in decoded.samples
+                )
+            else:
+                out.points.extend(Point(run, *s) for s in decoded.samples)
+            spent += len(data)
+            if decoded.consumed == 0:
+                if at_eof or chunk >= MAX_RECORD:
+                    return  # an incomplete record: wait for the writer
+                chunk *= 2  # one record longer than a chunk: read more at once
+                continue
+            self._offset += decoded.consumed
+            chunk = READ_CHUNK
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,139 @@
+"""Tells the daemon which files may have changed, so it reads only those.
+
+inotify (through watchdog) where the kernel sees the writes; polling where it
+cannot: on network filesystems a write from another host raises no event on
+this one, so roots on nfs/lustre/gpfs/cifs/fuse/9p are swept on a timer
+instead. The event filter leaves out open and close-without-write events:
+with the default mask watchdog 7.1 overflows the kernel queue on trees of
+thousands of directories, and the daemon's own reads would wake it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+
+log = logging.getLogger(__name__)
+
+# watchdog warns when a directory tree is created faster than it adds watches
+# (nested makedirs): harmless, the watch is replaced, and not the user's concern.
+warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
+
+NETWORK_FS = frozenset(
+    {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs",
+     "beegfs", "panfs", "afs", "wekafs", "virtiofs"}
+)  # fmt: skip
+
+EVENT_FILTER: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+
+
+def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:
+    """The type of the filesystem `path` lives on, from the longest mount prefix."""
+    target = os.path.realpath(path)
+    best, fstype = "", "unknown"
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                point = parts[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, fstype = point, parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+def needs_polling(path: Path) -> bool:
+    fstype = filesystem_type(path)
+    return fstype in NETWORK_FS or fstype.startswith("fuse")
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self._w = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        paths = [os.fsdecode(event.src_path)]
+        if event.dest_path:
+            paths.append(os.fsdecode(event.dest_path))
+        self._w.mark(paths, is_dir=event.is_directory)
+
+
+class Watcher:
+    """Collects changed paths from watchdog's thread for the daemon's loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: set[str] = set()
+        self._dirs: set[str] = set()
+        self.wakeup = threading.Event()
+        self._observer: object | None = None
+        self.native: list[Path] = []
+
+    def watch(self, roots: list[Path]) -> None:
+        """Watch each root natively where inotify works; the rest is left to sweeps."""
+        from watchdog.observers import Observer
+
+        observer = Observer()
+        handler = _Handler(self)
+        for root in roots:
+            if needs_polling(root):
+                log.info("%s is on a network filesystem: polling it", root)
+                continue
+            try:
+                observer.schedule(handler, str(root), recursive=True, event_filter=EVENT_FILTER)
+                self.native.append(root)
+            except OSError as exc:
+                log.warning("cannot watch %s (%s): polling it", root, exc)
+        if self.native:
+            observer.daemon = True
+            observer.start()
+            self._observer = observer
+
+    def mark(self, paths: list[str], *, is_dir: bool) -> None:
+        with self._lock:
+            (self._dirs if is_dir else self._files).update(paths)
+        self.wakeup.set()
+
+    def take(self) -> tuple[set[str], set[str]]:
+        """The files and directories changed since the last call."""
+        with self._lock:
+            files, dirs = self._files, self._dirs
+            self._files, self._dirs = set(), set()
+            self.wakeup.clear()
+        return files, dirs
+
+    def stop(self) -> None:
+        obs = self._observer
+        if obs is not None:
+            obs.stop()  # type: ignore[attr-defined]
+            obs.join(timeout=5)  # type: ignore[attr-defined]
+            self._observer = None

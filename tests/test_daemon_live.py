@@ -1,0 +1,162 @@
+"""The live daemon against real writers running in other processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from trainsentry.point import Point
+from trainsentry.runtime import Daemon
+from trainsentry.state import StateDB
+
+HERE = Path(__file__).parent
+N = 400
+
+
+def start_writer(kind: str, logdir: Path, n: int = N) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "writer_proc.py"), kind, str(logdir), str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("kind", ["torch", "tbx", "jsonl"])
+def test_points_from_a_live_writer_arrive_once_and_in_order(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "logs"
+    root.mkdir()
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon.start()
+    writer = start_writer(kind, root / "job")
+    try:
+        while writer.poll() is None:
+            daemon.cycle(timeout=0.2)
+        for _ in range(50):  # the tail end, written after the last event we saw
+            if len(got) >= 2 * N:
+                break
+            daemon.cycle(timeout=0.2)
+    finally:
+        daemon.close()
+    assert writer.returncode == 0
+    losses = [p.step for p in got if p.tag == "loss"]
+    assert losses == list(range(N))
+    assert {p.run for p in got} == {"job"}
+    assert len(got) == 2 * N
+
+
+def run_daemon(root: Path, state: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainsentry", "run", str(root), "--state-dir", str(state), "-vv"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def read_points(proc: subprocess.Popen[str], until: int, sink: list[dict]) -> None:
+    """Collect point lines from the daemon's stdout until `until` points are in `sink`."""
+    assert proc.stdout is not None
+    for text in proc.stdout:
+        if text.startswith("{"):
+            sink.append(json.loads(text))
+            if len(sink) >= until:
+                return
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_daemon_stopped_mid_file_resumes_where_it_stopped(tmp_path: Path, sig: int) -> None:
+    root, state = tmp_path / "logs", tmp_path / "state"
+    (root / "job").mkdir(parents=True)
+    n = 3000
+    first: list[dict] = []
+    daemon = run_daemon(root, state)
+    writer = start_writer("jsonl", root / "job", n)
+    read_points(daemon, 300, first)  # the writer is mid-file now
+    daemon.send_signal(sig)
+    daemon.wait(timeout=30)
+    assert daemon.stdout is not None
+    first.extend(json.loads(t) for t in daemon.stdout.read().splitlines() if t.startswith("{"))
+    assert writer.wait(timeout=60) == 0
+    second: list[dict] = []
+    daemon = run_daemon(root, state)
+    try:
+        read_points(daemon, 2 * n - len(first), second)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert daemon.stdout is not None
+    second.extend(json.loads(t) for t in daemon.stdout.read().splitlines() if t.startswith("{"))
+    seen = Counter((p["tag"], p["step"]) for p in first + second)
+    assert set(seen) == {(tag, s) for tag in ("loss", "grad_norm") for s in range(n)}
+    if sig == signal.SIGTERM:
+        assert max(seen.values()) == 1  # a clean stop repeats nothing
+    else:
+        # a kill -9 may repeat the one cycle whose offsets were not committed
+        repeated = [k for k, c in seen.items() if c > 1]
+        assert all(c <= 2 for c in seen.values())
+        assert len(repeated) < n
+
+
+def test_new_runs_created_after_start_are_discovered(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    root.mkdir()
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon.start()
+    try:
+        for name in ("a/seed0", "b/seed1/deeper"):
+            writer = start_writer("jsonl", root / name, 5)
+            assert writer.wait(timeout=60) == 0
+        for _ in range(50):
+            if len(got) >= 20:
+                break
+            daemon.cycle(timeout=0.2)
+    finally:
+        daemon.close()
+    assert Counter(p.run for p in got) == {"a/seed0": 10, "b/seed1/deeper": 10}
+
+
+def test_deleted_run_is_released(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    (root / "gone").mkdir(parents=True)
+    (root / "gone" / "m.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    released: list[str] = []
+    daemon = Daemon(
+        [root], StateDB(tmp_path / "state.db"), [lambda pts: None], on_release=released.append
+    )
+    daemon.start()
+    try:
+        os.remove(root / "gone" / "m.jsonl")
+        for _ in range(50):
+            if released:
+                break
+            daemon.cycle(timeout=0.2)
+    finally:
+        daemon.close()
+    assert released == ["gone"]
+
+
+def test_polling_mode_reads_without_inotify(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    (root / "job").mkdir(parents=True)
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend], poll=0.05)
+    daemon.start()
+    try:
+        writer = start_writer("jsonl", root / "job", 20)
+        assert writer.wait(timeout=60) == 0
+        for _ in range(100):
+            if len(got) >= 40:
+                break
+            daemon.cycle()
+    finally:
+        daemon.close()
+    assert len(got) == 40

@@ -1,0 +1,156 @@
+"""The tailer across the life of a log file: appends, partial writes, rotation, truncation."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trainsentry.sources.discover import Root
+from trainsentry.sources.tail import FileTail
+from trainsentry.state import StateDB
+
+
+def line(step: int, loss: float) -> bytes:
+    return (json.dumps({"step": step, "loss": loss}) + "\n").encode()
+
+
+def tail_of(path: Path, checkpoint=None) -> FileTail:
+    log = Root.watched(path.parent).describe(path)
+    assert log is not None
+    return FileTail(log, checkpoint)
+
+
+def steps(tail: FileTail) -> list[int]:
+    got = tail.read()
+    return [p.step for p in got.points]
+
+
+def test_appended_points_are_read_once(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    tail = tail_of(path)
+    assert steps(tail) == [0, 1]
+    assert steps(tail) == []
+    with path.open("ab") as f:
+        f.write(line(2, 0.8))
+    assert steps(tail) == [2]
+
+
+def test_partial_line_is_read_once_complete(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    whole = line(5, 0.5)
+    path.write_bytes(line(4, 0.6) + whole[:7])
+    tail = tail_of(path)
+    assert steps(tail) == [4]
+    assert steps(tail) == []
+    with path.open("ab") as f:
+        f.write(whole[7:])
+    assert steps(tail) == [5]
+
+
+def test_points_carry_run_and_keras_split_prefix(tmp_path: Path) -> None:
+    run = tmp_path / "exp1" / "validation"
+    run.mkdir(parents=True)
+    (run / "m.jsonl").write_bytes(line(0, 2.0))
+    [log] = Root.watched(tmp_path).scan()
+    got = FileTail(log).read()
+    assert [(p.run, p.tag) for p in got.points] == [("exp1", "validation/loss")]
+
+
+def test_copytruncate_starts_over_from_the_top(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    tail = tail_of(path)
+    assert steps(tail) == [0, 1]
+    with path.open("r+b") as f:
+        f.truncate(0)
+    assert steps(tail) == []
+    with path.open("ab") as f:
+        f.write(line(2, 0.8))
+    assert steps(tail) == [2]
+
+
+def test_file_rewritten_in_place_with_other_content_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0))
+    tail = tail_of(path)
+    assert steps(tail) == [0]
+    path.write_bytes(line(7, 3.0) + line(8, 2.0))  # same inode, longer, other bytes
+    assert steps(tail) == [7, 8]
+
+
+def test_rotation_drains_the_old_file_then_follows_the_new(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0))
+    tail = tail_of(path)
+    assert steps(tail) == [0]
+    with path.open("ab") as f:
+        f.write(line(1, 0.9))  # appended just before rotation
+    os.rename(path, tmp_path / "metrics.jsonl.1")
+    path.write_bytes(line(2, 0.8))
+    assert steps(tail) == [1, 2]
+
+
+def test_deleted_file_is_reported_gone(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0))
+    tail = tail_of(path)
+    assert steps(tail) == [0]
+    path.unlink()
+    assert tail.read().gone
+
+
+def test_file_vanishing_before_first_read_is_gone_not_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0))
+    tail = tail_of(path)
+    path.unlink()
+    got = tail.read()
+    assert got.gone and not got.errors and not got.points
+
+
+def test_checkpoint_resumes_without_rereading(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    db = StateDB(tmp_path / "state.db")
+    tail = tail_of(path)
+    assert steps(tail) == [0, 1]
+    db.save_offsets([tail.checkpoint()])
+    tail.close()
+    with path.open("ab") as f:
+        f.write(line(2, 0.8))
+    resumed = tail_of(path, StateDB(tmp_path / "state.db").load_offsets()[str(path)])
+    assert steps(resumed) == [2]
+
+
+def test_checkpoint_of_a_replaced_file_is_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    tail = tail_of(path)
+    steps(tail)
+    checkpoint = tail.checkpoint()
+    tail.close()
+    path.unlink()
+    path.write_bytes(line(10, 1.0) + line(11, 0.9) + line(12, 0.8))  # new inode, longer
+    assert steps(tail_of(path, checkpoint)) == [10, 11, 12]
+
+
+def test_budget_splits_a_large_backlog(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"".join(line(i, 1.0) for i in range(50_000)))
+    tail = tail_of(path)
+    seen: list[int] = []
+    for _ in range(100):
+        got = tail.read(budget=64 << 10)
+        seen.extend(p.step for p in got.points)
+        if not got.more:
+            break
+    assert seen == list(range(50_000))
+
+
+def test_line_longer_than_a_read_chunk_is_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    big = {"step": 1, "loss": 0.5, "note": "x" * (10 << 20)}
+    path.write_bytes(line(0, 1.0) + (json.dumps(big) + "\n").encode() + line(2, 0.3))
+    assert steps(tail_of(path)) == [0, 1, 2]
