@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS offsets (
     dev INTEGER NOT NULL,
     ino INTEGER NOT NULL,
     fingerprint BLOB NOT NULL,
+    behind BLOB NOT NULL,
     offset INTEGER NOT NULL,
     decoder_state TEXT NOT NULL,
     updated REAL NOT NULL
@@ -37,6 +38,7 @@ class Checkpoint:
     ino: int
     fingerprint: bytes
     offset: int
+    behind: bytes = b""  # the bytes just before `offset`: a rewrite shifts them
     decoder_state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,27 +53,38 @@ class StateDB:
 
     def load_offsets(self) -> dict[str, Checkpoint]:
         rows = self._db.execute(
-            "SELECT path, dev, ino, fingerprint, offset, decoder_state FROM offsets"
+            "SELECT path, dev, ino, fingerprint, offset, behind, decoder_state FROM offsets"
         ).fetchall()
         return {
-            r[0]: Checkpoint(r[0], r[1], r[2], bytes(r[3]), r[4], json.loads(r[5])) for r in rows
+            r[0]: Checkpoint(r[0], r[1], r[2], bytes(r[3]), r[4], bytes(r[5]), json.loads(r[6]))
+            for r in rows
         }
 
     def save_offsets(self, checkpoints: Iterable[Checkpoint]) -> None:
         """One transaction for a whole read cycle: all or nothing after a crash."""
         now = time.time()
         rows = [
-            (c.path, c.dev, c.ino, c.fingerprint, c.offset, json.dumps(c.decoder_state), now)
+            (
+                c.path,
+                c.dev,
+                c.ino,
+                c.fingerprint,
+                c.offset,
+                c.behind,
+                json.dumps(c.decoder_state),
+                now,
+            )
             for c in checkpoints
         ]
         if not rows:
             return
         with self._transaction():
             self._db.executemany(
-                "INSERT INTO offsets (path, dev, ino, fingerprint, offset, decoder_state, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                "INSERT INTO offsets"
+                " (path, dev, ino, fingerprint, offset, behind, decoder_state, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT(path) DO UPDATE SET dev=excluded.dev, ino=excluded.ino,"
-                " fingerprint=excluded.fingerprint, offset=excluded.offset,"
+                " fingerprint=excluded.fingerprint, offset=excluded.offset, behind=excluded.behind,"
                 " decoder_state=excluded.decoder_state, updated=excluded.updated",
                 rows,
             )

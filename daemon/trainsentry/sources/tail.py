@@ -45,6 +45,7 @@ class FileTail:
         self._fd: int | None = None
         self._dev = self._ino = 0
         self._fingerprint = b""
+        self._behind = b""  # the bytes just before the offset
         self._offset = 0
         self._seen: tuple[int, int] = (-1, -1)
         self._decoder: Decoder = new_decoder(log.kind)
@@ -66,7 +67,9 @@ class FileTail:
         except OSError as exc:
             out.errors.append(f"{self.path}: cannot stat: {exc}")
             return out
-        if self._fd is not None and (st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)):
+        if self._fd is not None and (
+            st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)
+        ):
             # Renamed away or deleted: finish the old file through our handle first.
             self._drain(out, budget)
             if out.more:
@@ -92,6 +95,7 @@ class FileTail:
             dev=self._dev,
             ino=self._ino,
             fingerprint=self._fingerprint,
+            behind=self._behind,
             offset=self._offset,
             decoder_state=self._decoder.snapshot(),
         )
@@ -115,8 +119,10 @@ class FileTail:
         cp, self._resume = self._resume, None
         if cp is not None and (cp.dev, cp.ino) == (st.st_dev, st.st_ino):
             head = os.pread(fd, len(cp.fingerprint), 0)
-            if head == cp.fingerprint and st.st_size >= cp.offset:
+            behind = os.pread(fd, len(cp.behind), cp.offset - len(cp.behind))
+            if head == cp.fingerprint and behind == cp.behind and st.st_size >= cp.offset:
                 self._fingerprint, self._offset = cp.fingerprint, cp.offset
+                self._behind = cp.behind
                 self._decoder.restore(cp.decoder_state)
                 return True
             # Same file, other content: rewritten in place while we were away.
@@ -134,6 +140,7 @@ class FileTail:
         self._offset = 0
         self._seen = (-1, -1)
         self._fingerprint = b""
+        self._behind = b""
 
     def _check_rewritten(self, st: os.stat_result) -> None:
         """Detect copytruncate and in-place rewrites of the open file."""
@@ -145,8 +152,14 @@ class FileTail:
         if size < self._offset:
             self._reset(rewritten=True)
         elif self._fingerprint:
+            # The head alone misses a rewrite that changes only later bytes (a
+            # Lightning header grown past 64 bytes): check the bytes before the
+            # offset too, which any rewrite that shifts rows changes.
             head = os.pread(self._fd, len(self._fingerprint), 0)
-            if head != self._fingerprint:
+            n = len(self._behind)
+            if head != self._fingerprint or (
+                n and os.pread(self._fd, n, self._offset - n) != self._behind
+            ):
                 self._reset(rewritten=True)
         if len(self._fingerprint) < FINGERPRINT_BYTES:
             self._fingerprint = os.pread(self._fd, FINGERPRINT_BYTES, 0)
@@ -195,6 +208,8 @@ class FileTail:
                 chunk *= 2  # one record longer than a chunk: read more at once
                 continue
             self._offset += decoded.consumed
+            last = data[max(0, decoded.consumed - FINGERPRINT_BYTES) : decoded.consumed]
+            self._behind = (self._behind + last)[-FINGERPRINT_BYTES:]
             chunk = READ_CHUNK
 
     def _close(self) -> None:

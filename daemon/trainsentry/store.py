@@ -1,0 +1,238 @@
+"""Points kept per run × tag, in bounded memory however long a run lasts.
+
+A daemon watching a hundred runs for weeks cannot keep every point, and the
+rules do not need it: they look at the recent window, and older history is
+only evidence (plots, baselines), for which a summary per step bucket is
+enough. So each series keeps
+
+- `recent()`: the last `recent_size` points at full resolution, in strictly
+  increasing step order — the timeline that led to the newest point;
+- `history()`: every point that left that window, folded into `Bucket`
+  summaries of consecutive points spanning `bucket_steps` steps. When more
+  than `max_buckets` are closed, adjacent pairs are merged and the bucket
+  width doubles: the whole history stays covered at half the resolution,
+  at an amortised O(1) cost per point.
+
+Steps that do not increase are deliberate, not errors:
+
+- a rewind (step < the newest step) is a job restarted from a checkpoint.
+  The points at or after the restart step belong to an abandoned timeline:
+  they move from `recent()` to history, `segment` increments, and the window
+  continues from the checkpoint's past, so windowed rules see one monotone
+  axis;
+- a repeated step (== the newest step) replaces the newest point in
+  `recent()` — a step has one value, the latest written (a re-logged step,
+  or a loss logged per micro-batch at one global step). The replaced point is
+  still counted in history. It does not start a segment.
+
+Every point added is thus in exactly one place: `len(recent())` plus the
+bucket counts equals `count`. Not thread-safe: one owner (the runtime) adds and
+reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trainsentry.point import Point
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A summary of consecutive points that left the recent window.
+
+    `first_step`/`last_step` are the steps of its first and last point in the
+    order they left the window; min/max/mean ignore NaN (counted in `nan_count`
+    so a bucket of NaN losses still shows), `last` is the last value as is.
+    """
+
+    first_step: int
+    last_step: int
+    count: int
+    nan_count: int
+    min: float
+    max: float
+    mean: float
+    last: float
+
+
+def _merge(a: Bucket, b: Bucket) -> Bucket:
+    na, nb = a.count - a.nan_count, b.count - b.nan_count
+    if not nb:
+        low, high, mean = a.min, a.max, a.mean
+    elif not na:
+        low, high, mean = b.min, b.max, b.mean
+    else:
+        low, high = min(a.min, b.min), max(a.max, b.max)
+        mean = (a.mean * na + b.mean * nb) / (na + nb)
+    return Bucket(
+        a.first_step,
+        b.last_step,
+        a.count + b.count,
+        a.nan_count + b.nan_count,
+        low,
+        high,
+        mean,
+        b.last,
+    )
+
+
+class Series:
+    """One run × tag. Read through `recent()`, `history()`, `last`, `segment`."""
+
+    __slots__ = (
+        "_closed",
+        "_max_buckets",
+        "_open",
+        "_open_key",
+        "_recent",
+        "_width",
+        "count",
+        "segment",
+    )
+
+    def __init__(self, recent_size: int, bucket_steps: int, max_buckets: int) -> None:
+        self._recent: deque[Point] = deque(maxlen=recent_size)
+        self._closed: list[Bucket] = []
+        # The bucket being filled: [first, last, count, nan_count, min, max, sum, last_value]
+        self._open: list[float] | None = None
+        self._open_key = 0
+        self._width = bucket_steps
+        self._max_buckets = max_buckets
+        self.count = 0  # points ever added
+        self.segment = 0  # rewinds seen
+
+    @property
+    def last(self) -> Point:
+        return self._recent[-1]
+
+    @property
+    def bucket_steps(self) -> int:
+        """The current bucket width: doubles each time history is coarsened."""
+        return self._width
+
+    def recent(self) -> list[Point]:
+        return list(self._recent)
+
+    def history(self) -> list[Bucket]:
+        buckets = list(self._closed)
+        if self._open is not None:
+            buckets.append(self._close_open())
+        return buckets
+
+    def add(self, point: Point) -> None:
+        recent = self._recent
+        self.count += 1
+        if recent and point.step <= recent[-1].step:
+            if point.step < recent[-1].step:
+                self.segment += 1
+            dropped: list[Point] = []
+            while recent and recent[-1].step >= point.step:
+                dropped.append(recent.pop())
+            for old in reversed(dropped):
+                self._fold(old)
+        elif len(recent) == recent.maxlen:
+            self._fold(recent.popleft())
+        recent.append(point)
+
+    def _fold(self, point: Point) -> None:
+        step, value = point.step, point.value
+        key = step // self._width
+        current = self._open
+        if current is None or key != self._open_key or step < current[1]:
+            if current is not None:
+                self._closed.append(self._close_open())
+                if len(self._closed) > self._max_buckets:
+                    self._coarsen()
+            self._open = current = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
+            self._open_key = key
+        current[1] = step
+        current[2] += 1
+        current[7] = value
+        if value != value:
+            current[3] += 1
+            return
+        if value < current[4]:
+            current[4] = value
+        if value > current[5]:
+            current[5] = value
+        current[6] += value
+
+    def _close_open(self) -> Bucket:
+        o = self._open
+        assert o is not None
+        finite = int(o[2] - o[3])
+        nan = math.nan
+        return Bucket(
+            int(o[0]),
+            int(o[1]),
+            int(o[2]),
+            int(o[3]),
+            o[4] if finite else nan,
+            o[5] if finite else nan,
+            o[6] / finite if finite else nan,
+            o[7],
+        )
+
+    def _coarsen(self) -> None:
+        closed = self._closed
+        merged = [_merge(closed[i], closed[i + 1]) for i in range(0, len(closed) - 1, 2)]
+        if len(closed) % 2:
+            merged.append(closed[-1])
+        self._closed = merged
+        self._width *= 2
+        if self._open is not None:
+            self._open_key = int(self._open[0]) // self._width
+
+
+class Store:
+    """All series, by run then tag; a deleted run is released as a whole."""
+
+    def __init__(
+        self, *, recent_size: int = 1000, bucket_steps: int = 100, max_buckets: int = 1000
+    ) -> None:
+        if recent_size < 1 or bucket_steps < 1 or max_buckets < 2:
+            raise ValueError("recent_size, bucket_steps >= 1 and max_buckets >= 2 required")
+        self._recent_size = recent_size
+        self._bucket_steps = bucket_steps
+        self._max_buckets = max_buckets
+        self._runs: dict[str, dict[str, Series]] = {}
+
+    def add(self, point: Point) -> Series:
+        """File one point; returns its series so a caller can read the window at once."""
+        tags = self._runs.get(point.run)
+        if tags is None:
+            tags = self._runs[point.run] = {}
+        series = tags.get(point.tag)
+        if series is None:
+            series = tags[point.tag] = Series(
+                self._recent_size, self._bucket_steps, self._max_buckets
+            )
+        series.add(point)
+        return series
+
+    def extend(self, points: Iterable[Point]) -> None:
+        add = self.add
+        for point in points:
+            add(point)
+
+    def runs(self) -> list[str]:
+        return list(self._runs)
+
+    def series(self, run: str) -> dict[str, Series]:
+        """The run's series by tag (a copy of the mapping; the series are live)."""
+        return dict(self._runs.get(run, {}))
+
+    def get(self, run: str, tag: str) -> Series | None:
+        return self._runs.get(run, {}).get(tag)
+
+    def last_point(self, run: str, tag: str) -> Point | None:
+        series = self.get(run, tag)
+        return series.last if series is not None else None
+
+    def release_run(self, run: str) -> bool:
+        """Forget a run (its directory was deleted); True if it was known."""
+        return self._runs.pop(run, None) is not None

@@ -1,0 +1,178 @@
+"""The store: bounded series, rewinds and repeated steps, runs released."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainsentry.point import Point
+from trainsentry.store import Bucket, Series, Store
+
+
+def point(step: int, value: float = 0.0, tag: str = "loss", run: str = "exp/a") -> Point:
+    return Point(run, tag, step, 1_700_000_000.0 + step, value)
+
+
+def steps(series: Series) -> list[int]:
+    return [p.step for p in series.recent()]
+
+
+def accounted(series: Series) -> int:
+    return len(series.recent()) + sum(b.count for b in series.history())
+
+
+def test_recent_keeps_the_last_n_points_in_order() -> None:
+    store = Store(recent_size=5)
+    for step in range(12):
+        store.add(point(step, float(step)))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    assert steps(series) == [7, 8, 9, 10, 11]
+    assert series.last == point(11, 11.0)
+    assert series.count == 12
+
+
+def test_points_leaving_the_window_are_summarised_per_step_bucket() -> None:
+    store = Store(recent_size=2, bucket_steps=10)
+    for step in range(0, 30, 2):
+        store.add(point(step, float(step)))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    assert steps(series) == [26, 28]
+    assert series.history() == [
+        Bucket(0, 8, 5, 0, 0.0, 8.0, 4.0, 8.0),
+        Bucket(10, 18, 5, 0, 10.0, 18.0, 14.0, 18.0),
+        Bucket(20, 24, 3, 0, 20.0, 24.0, 22.0, 24.0),
+    ]
+
+
+def test_nan_values_are_counted_but_kept_out_of_min_max_and_mean() -> None:
+    store = Store(recent_size=1, bucket_steps=100)
+    for step, value in enumerate([1.0, math.nan, 3.0, math.nan, 0.0]):
+        store.add(point(step, value))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    (bucket,) = series.history()
+    assert (bucket.count, bucket.nan_count, bucket.min, bucket.max, bucket.mean) == (
+        4,
+        2,
+        1.0,
+        3.0,
+        2.0,
+    )
+    assert math.isnan(bucket.last)
+
+
+def test_a_bucket_of_only_nan_reports_nan_summaries() -> None:
+    store = Store(recent_size=1)
+    store.add(point(0, math.nan))
+    store.add(point(1, 1.0))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    (bucket,) = series.history()
+    assert bucket.nan_count == 1 and math.isnan(bucket.min) and math.isnan(bucket.mean)
+
+
+def test_memory_stays_bounded_over_a_million_points() -> None:
+    store = Store(recent_size=1000, bucket_steps=100, max_buckets=1000)
+    add = store.add
+    for step in range(1_000_000):
+        add(Point("exp/a", "loss", step, 0.0, 1.0))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    history = series.history()
+    assert len(series.recent()) == 1000
+    assert len(history) <= 1000 + 1
+    assert accounted(series) == series.count == 1_000_000
+    # Coarsened, but still covering the whole run from its first step.
+    assert history[0].first_step == 0
+    assert history[-1].last_step == 1_000_000 - 1000 - 1
+    assert series.bucket_steps >= (1_000_000 - 1000) // 1000
+
+
+def test_a_rewind_starts_a_new_segment_and_drops_the_abandoned_steps_from_recent() -> None:
+    store = Store(recent_size=100)
+    for step in range(0, 60, 10):
+        store.add(point(step, 1.0))
+    series = store.add(point(30, 2.0))  # restarted from the checkpoint at step 30
+    assert series.segment == 1
+    assert steps(series) == [0, 10, 20, 30]
+    assert series.last.value == 2.0
+    # The abandoned steps 30..50 are history now, not lost.
+    assert [(b.first_step, b.last_step, b.count) for b in series.history()] == [(30, 50, 3)]
+    store.add(point(40, 2.0))
+    assert steps(series) == [0, 10, 20, 30, 40]
+    assert series.segment == 1
+
+
+def test_a_repeated_step_replaces_the_newest_point_without_a_new_segment() -> None:
+    store = Store()
+    store.add(point(5, 1.0))
+    store.add(point(6, 1.0))
+    series = store.add(point(6, 3.0))
+    assert series.segment == 0
+    assert [(p.step, p.value) for p in series.recent()] == [(5, 1.0), (6, 3.0)]
+    assert store.last_point("exp/a", "loss") == point(6, 3.0)
+    assert accounted(series) == series.count == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=300), max_size=400),
+    st.integers(min_value=1, max_value=8),
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=2, max_value=6),
+)
+def test_every_point_is_in_exactly_one_place_and_recent_steps_increase(
+    step_list: list[int], recent_size: int, bucket_steps: int, max_buckets: int
+) -> None:
+    store = Store(recent_size=recent_size, bucket_steps=bucket_steps, max_buckets=max_buckets)
+    rewinds = 0
+    for i, step in enumerate(step_list):
+        if i and step < step_list[i - 1]:
+            rewinds += 1
+        store.add(point(step, float(i)))
+    series = store.get("exp/a", "loss")
+    if not step_list:
+        assert series is None
+        return
+    assert series is not None
+    recent = steps(series)
+    assert recent == sorted(set(recent))
+    assert len(recent) <= recent_size
+    assert len(series.history()) <= max_buckets + 1
+    assert accounted(series) == series.count == len(step_list)
+    assert series.segment == rewinds
+    assert series.last.value == float(len(step_list) - 1)
+
+
+def test_runs_series_and_last_point_are_per_run_and_tag() -> None:
+    store = Store()
+    store.add(point(1, 0.5, tag="loss", run="a"))
+    store.add(point(1, 0.1, tag="lr", run="a"))
+    store.add(point(2, 0.7, tag="loss", run="b"))
+    assert store.runs() == ["a", "b"]
+    assert sorted(store.series("a")) == ["loss", "lr"]
+    assert store.last_point("b", "loss") == point(2, 0.7, run="b")
+    assert store.last_point("b", "lr") is None
+    assert store.last_point("c", "loss") is None
+    assert store.series("c") == {}
+
+
+def test_a_released_run_is_forgotten_and_others_are_kept() -> None:
+    store = Store()
+    store.extend([point(1, run="a"), point(1, run="b")])
+    assert store.release_run("a") is True
+    assert store.release_run("a") is False
+    assert store.runs() == ["b"]
+    assert store.get("a", "loss") is None
+
+
+def test_a_configuration_that_cannot_bound_memory_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        Store(recent_size=0)
+    with pytest.raises(ValueError):
+        Store(max_buckets=1)
