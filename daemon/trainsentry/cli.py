@@ -11,12 +11,17 @@ import csv
 import json
 import logging
 import os
-import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainsentry import __version__
+from trainsentry.point import Point
+
+if TYPE_CHECKING:
+    from trainsentry.rules.model import RuleSet
 
 
 class UsageError(Exception):
@@ -75,35 +80,102 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_rules(paths: list[str] | None) -> RuleSet:
+    from trainsentry.rules.loader import RuleFileError, load_rules
+
+    try:
+        return load_rules(paths)
+    except RuleFileError as exc:
+        for err in exc.errors:
+            print(err, file=sys.stderr)
+        raise UsageError(f"{len(exc.errors)} error(s) in rule files; nothing was run") from None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from trainsentry.rules.check import check_paths
+
+    _existing(args.paths)
+    errors = check_paths(args.paths)
+    for err in errors:
+        print(err)
+    if errors:
+        print(f"trainsentry: {len(errors)} error(s)", file=sys.stderr)
+        return 1
+    print(f"trainsentry: {', '.join(args.paths)}: ok")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from trainsentry.reading import iter_points
+    from trainsentry.replay import replay
+
+    paths = _existing(args.paths)
+    rules = _load_rules(args.rules)
+
+    def on_error(msg: str) -> None:
+        print(f"trainsentry: skipped {msg}", file=sys.stderr)
+
+    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format)
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from trainsentry.rules.engine import Engine
     from trainsentry.runtime import Daemon
+    from trainsentry.shutdown import on_stop, signals_deferred
+    from trainsentry.sinks.terminal import AlertPrinter
     from trainsentry.state import StateDB
     from trainsentry.store import Store
 
     paths = _existing(args.paths or ["."])
+    engine = Engine(_load_rules(args.rules))
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     try:
         state = StateDB(state_dir / "state.db")
     except Exception as exc:
         raise UsageError(f"cannot open state dir {state_dir}: {exc}") from None
     store = Store()
+    alerts_jsonl = Path(args.alerts_jsonl) if args.alerts_jsonl else None
+    printer = AlertPrinter(since=time.time() - args.history, jsonl_path=alerts_jsonl)
 
-    def to_store(points: list) -> None:
-        for p in points:
-            store.add(p)
+    def evaluate(points: list[Point]) -> None:
+        store.extend(points)
+        printer(engine.feed_all(points))
 
-    sinks = [to_store]
-    if args.verbose >= 2:
-        sinks.append(lambda pts: [print(json.dumps(p.as_dict()), flush=True) for p in pts])
-    daemon = Daemon(paths, state, sinks, poll=args.poll, on_release=store.release_run)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: daemon.stop())
+    def print_points(points: list[Point]) -> None:
+        text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
+        with signals_deferred():
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def released(run: str) -> None:
+        store.release_run(run)
+        printer(engine.finish(run, "run deleted"))
+
+    sinks = [evaluate, print_points] if args.verbose >= 2 else [evaluate]
+    daemon = Daemon(
+        paths,
+        state,
+        sinks,
+        poll=args.poll,
+        on_release=released,
+        on_cycle=lambda: printer(engine.tick(time.time())),
+    )
+    on_stop(daemon.stop)
     where = ", ".join(str(p) for p in paths)
-    print(f"trainsentry {__version__}: watching {where} (state in {state_dir})", flush=True)
-    daemon.run_forever()
+    print(
+        f"trainsentry {__version__}: watching {where} with {len(engine.rules)} rules "
+        f"(state in {state_dir})",
+        flush=True,
+    )
+    try:
+        daemon.run_forever()
+    finally:
+        printer.close()
+    hidden = f", {printer.hidden} historical transition(s) not shown" if printer.hidden else ""
     print(
         f"trainsentry: stopped after reading {daemon.stats.points} points "
-        f"from {daemon.stats.files} files",
+        f"from {daemon.stats.files} files{hidden}",
         flush=True,
     )
     return 0
@@ -121,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("paths", nargs="*", metavar="PATH", help="log roots to watch (default .)")
     run.add_argument("--state-dir", help="where offsets and alert state live")
     run.add_argument(
+        "--rules",
+        action="append",
+        metavar="PATH",
+        help="rule file or directory (repeatable; default: the shipped pack; 'default' names it)",
+    )
+    run.add_argument("--alerts-jsonl", metavar="FILE", help="append alert transitions here")
+    run.add_argument(
+        "--history",
+        type=_positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="show alerts from data older than this at startup (default 3600)",
+    )
+    run.add_argument(
         "--poll",
         type=_positive_float,
         metavar="SECONDS",
@@ -135,6 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("paths", nargs="+", metavar="PATH")
     dump.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     dump.set_defaults(func=cmd_dump)
+
+    replay = sub.add_parser("replay", help="evaluate rules over finished runs (a backtest)")
+    replay.add_argument("paths", nargs="+", metavar="PATH")
+    replay.add_argument("--rules", action="append", metavar="PATH", help="as for run")
+    replay.add_argument("--format", choices=["text", "jsonl"], default="text")
+    replay.set_defaults(func=cmd_replay)
+
+    check = sub.add_parser("check", help="lint rule files: every error as file:line:col")
+    check.add_argument("paths", nargs="+", metavar="PATH")
+    check.set_defaults(func=cmd_check)
     return parser
 
 

@@ -49,7 +49,8 @@ class Daemon:
         *,
         poll: float | None = None,
         on_error: Callable[[str], None] | None = None,
-        on_release: Callable[[str], None] | None = None,
+        on_release: Callable[[str], object] | None = None,
+        on_cycle: Callable[[], object] | None = None,
     ) -> None:
         self.roots = [Root.watched(Path(p)) for p in paths]
         self.state = state
@@ -58,6 +59,7 @@ class Daemon:
         self.stats = Stats()
         self._on_error = on_error or (lambda msg: log.warning("%s", msg))
         self._on_release = on_release
+        self._on_cycle = on_cycle
         self._tails: dict[str, FileTail] = {}
         self._checkpoints = state.load_offsets()
         self._watcher = Watcher()
@@ -173,6 +175,8 @@ class Daemon:
             self._release(gone)
         self.stats.cycles += 1
         self.stats.files = len(self._tails)
+        if self._on_cycle is not None:
+            self._on_cycle()
         return len(batch)
 
     def _release(self, keys: list[str]) -> None:

@@ -1,0 +1,143 @@
+"""What common writers call a metric, mapped onto the names rules are written against.
+
+Users write `metric: grad_norm` once and it works whether the run was logged by
+the HF Trainer (`train/grad_norm`), PyTorch Lightning (`grad_norm`), a tutorial
+loop (`Gradient/Norm`) or the probe (`probe/grad_norm`). Resolution happens
+once per new tag and is cached: a run with a million points has a few dozen tags.
+
+Patterns use `*` for "any text, including `/`"; a canonical name may carry a
+`*` too, which receives what the pattern's `*` matched — that is how per-layer
+series stay addressable (`probe/grad_norm/fc1.weight` → `grad_norm/fc1.weight`).
+A tag no pattern matches is its own canonical name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# canonical name → the tags writers use for it. Order matters only among
+# patterns with `*`: exact tags always win, then patterns in table order.
+SHIPPED: dict[str, tuple[str, ...]] = {
+    # per-step (or per-logging-step) training loss
+    "loss": (
+        "loss",
+        "train/loss",  # HF Trainer
+        "train_loss",  # Lightning self.log("train_loss")
+        "train_loss_step",  # Lightning on_step=True, on_epoch=True
+        "Loss/train",  # PyTorch tutorial
+        "train/batch_loss",  # Keras, update_freq="batch"
+        "batch_loss",
+        "train/epoch_loss",  # Keras TensorBoard callback, train/ split
+        "epoch_loss",  # Keras, a run without split directories
+        "training_loss",
+        "probe/loss",
+    ),
+    "val_loss": (
+        "val_loss",
+        "eval/loss",  # HF Trainer
+        "eval_loss",
+        "valid_loss",
+        "validation_loss",
+        "Loss/val",  # tutorial
+        "Loss/validation",
+        "validation/epoch_loss",  # Keras, validation/ split
+        "val/loss",
+        "probe/val_loss",
+    ),
+    "grad_norm": (
+        "grad_norm",
+        "train/grad_norm",  # HF Trainer
+        "Gradient/Norm",  # tutorial
+        "gradient_norm",
+        "grad_norm_total",
+        "grad_2.0_norm_total",  # Lightning track_grad_norm / grad_norm utility
+        "probe/grad_norm",
+    ),
+    "grad_norm/*": ("probe/grad_norm/*", "grad_2.0_norm/*"),
+    "lr": (
+        "lr",
+        "learning_rate",
+        "train/learning_rate",  # HF Trainer
+        "train/lr",
+        "epoch_learning_rate",  # Keras
+        "train/epoch_learning_rate",
+        "probe/lr",
+        "lr-*",  # Lightning LearningRateMonitor: lr-Adam, lr-Adam/pg1, ...
+    ),
+    "step_time": (
+        "step_time",
+        "train/step_time",
+        "time/step",
+        "probe/step_time",
+    ),
+    "throughput": (
+        "throughput",
+        "samples_per_second",
+        "train/samples_per_second",
+        "probe/samples_per_second",
+    ),
+    # the probe's statistics that ordinary logs lack
+    "update_ratio": ("probe/update_ratio",),
+    "update_ratio/*": ("probe/update_ratio/*",),
+    "dead_fraction/*": ("probe/dead_fraction/*",),
+    "gpu_mem": ("probe/gpu_mem",),
+}
+
+
+AliasTable = Mapping[str, Iterable[str]] | Iterable[tuple[str, Iterable[str]]]
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + "(.*)".join(re.escape(p) for p in pattern.split("*")) + "$")
+
+
+def glob_matcher(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """One regex for a list of `*` globs; None when the list is empty."""
+    parts = ["(?:" + _compile(p).pattern[1:-1] + ")" for p in patterns]
+    return re.compile("^(?:" + "|".join(parts) + ")$") if parts else None
+
+
+class Aliases:
+    """Tag → canonical name, with a per-tag cache (tags are few, points are many)."""
+
+    def __init__(self, table: AliasTable | None = None) -> None:
+        self._exact: dict[str, str] = {}
+        self._patterns: list[tuple[re.Pattern[str], str]] = []
+        self._cache: dict[str, str] = {}
+        self.table: dict[str, tuple[str, ...]] = {}
+        self._add(SHIPPED if table is None else table)
+
+    def _add(self, table: AliasTable) -> None:
+        pairs = table.items() if isinstance(table, Mapping) else table
+        for canonical, tags in pairs:
+            tags = tuple(tags)
+            self.table[canonical] = self.table.get(canonical, ()) + tags
+            for tag in tags:
+                if "*" in tag:
+                    self._patterns.append((_compile(tag), canonical))
+                else:
+                    self._exact[tag] = canonical
+
+    def extended(self, table: AliasTable) -> Aliases:
+        """A new table where `table`'s entries win over this one's."""
+        out = Aliases(table)  # user patterns first: first match wins
+        user_exact = dict(out._exact)
+        out._add(self.table)
+        out._exact.update(user_exact)
+        return out
+
+    def resolve(self, tag: str) -> str:
+        hit = self._cache.get(tag)
+        if hit is not None:
+            return hit
+        canonical = self._exact.get(tag)
+        if canonical is None:
+            canonical = tag
+            for regex, target in self._patterns:
+                match = regex.match(tag)
+                if match:
+                    canonical = target.replace("*", match.group(1), 1) if "*" in target else target
+                    break
+        self._cache[tag] = canonical
+        return canonical

@@ -1,0 +1,157 @@
+"""Layer 2, the run's own clock: throughput drops and silence.
+
+Both compare a run with its own pace, because a healthy pace ranges from
+milliseconds per step (an MLP) to a minute (a large model), and logging
+intervals from a second to an hour.
+
+Throughput needs no special metric: seconds per step can be read off any
+series' (step, wall_time) pairs, since writers stamp wall time when a value
+is logged, not when it is flushed. Its recent level is a *median* of the last
+few intervals, so the pause for an evaluation or a checkpoint is not a drop;
+a data loader that has become the bottleneck is.
+
+Silence ("no data") is judged against the run's typical interval between new
+steps, with a floor well above writers' buffering: tensorboardX and torch's
+SummaryWriter hold points up to flush_secs=120 s, and a TF2 writer flushes
+every 10 events or 120 s, so a live daemon can see two minutes of quiet from
+a perfectly healthy job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from trainsentry.rules.condition import RunView, fmt, median
+from trainsentry.rules.model import ACTIVE, QUIET, NoData, Throughput
+
+
+def _duration(seconds: float) -> str:
+    """120 s stays "120s"; longer reads as "15m" or "2h05m", the way people say it."""
+    if not math.isfinite(seconds):
+        return str(seconds)
+    if seconds < 120:
+        return f"{seconds:.3g}s"
+    whole = round(seconds)
+    if whole < 7200:
+        minutes, secs = divmod(whole, 60)
+        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+
+
+class ThroughputCondition:
+    __slots__ = ("baseline", "intervals", "last", "learning", "recent", "seen", "spec")
+
+    def __init__(self, spec: Throughput) -> None:
+        self.spec = spec
+        self.last: tuple[int, float] | None = None
+        self.seen = 0
+        self.learning: list[float] = []
+        self.baseline = math.nan
+        self.recent: deque[float] = deque(maxlen=spec.recent)
+        self.intervals = 0
+
+    def _seconds_per_step(self, step: int, wall_time: float, value: float) -> float | None:
+        source = self.spec.source
+        if source == "step_time":
+            return value if math.isfinite(value) and value >= 0 else None
+        if source == "rate":
+            return 1.0 / value if math.isfinite(value) and value > 0 else None
+        last, self.last = self.last, (step, wall_time)
+        if last is None or step <= last[0] or wall_time < last[1]:
+            return None
+        return (wall_time - last[1]) / (step - last[0])
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        per_step = self._seconds_per_step(step, wall_time, value)
+        if per_step is None:
+            return None
+        self.seen += 1
+        if self.seen <= self.spec.skip:
+            return None
+        if math.isnan(self.baseline):
+            self.learning.append(per_step)
+            if len(self.learning) >= self.spec.learn:
+                self.baseline = median(self.learning)
+                self.learning = []
+            return None
+        self.recent.append(per_step)
+        if self.baseline <= 0 or len(self.recent) < self.spec.recent:
+            return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
+        return ACTIVE if median(list(self.recent)) > self.spec.slowdown * self.baseline else QUIET
+
+    def evidence(self) -> str:
+        now = median(list(self.recent)) if self.recent else math.nan
+        ratio = now / self.baseline if self.baseline > 0 else math.nan
+        what = "step time" if self.spec.source != "rate" else "time per unit of throughput"
+        return (
+            f"{what} {_duration(now)}/step over the last {len(self.recent)} intervals is "
+            f"×{ratio:.3g} the run's baseline {_duration(self.baseline)}/step "
+            f"(limit ×{fmt(self.spec.slowdown)})"
+        )
+
+
+class NoDataClock:
+    """Per run, not per series: when would silence become suspicious?
+
+    The engine feeds it every point of the run (`observe`) and asks `due()` for
+    the deadline; it fires at the deadline, on the data's time axis, both when
+    a later point reveals a gap (replay) and when `tick(now)` passes it (live).
+    """
+
+    __slots__ = ("fresh", "intervals", "last_step", "last_wall", "spec", "step_wall", "wait")
+
+    def __init__(self, spec: NoData) -> None:
+        self.spec = spec
+        self.intervals: deque[float] = deque(maxlen=spec.learn)
+        self.last_step: int | None = None
+        self.last_wall = -math.inf
+        self.step_wall = -math.inf  # wall time at which the latest step was first seen
+        self.wait = self._allowed()
+        self.fresh = 0  # intervals added since `wait` was computed
+
+    def observe(self, step: int, wall_time: float) -> None:
+        if not math.isfinite(wall_time):
+            return
+        if step != self.last_step and wall_time >= self.step_wall:
+            if self.last_step is not None and wall_time > self.step_wall:
+                self.intervals.append(wall_time - self.step_wall)
+                self.fresh += 1
+                # the median moves slowly: refresh it every few intervals, not every point
+                if self.fresh >= 4 or len(self.intervals) <= 4:
+                    self.wait, self.fresh = self._allowed(), 0
+            self.last_step, self.step_wall = step, wall_time
+        if wall_time > self.last_wall:
+            self.last_wall = wall_time
+
+    def typical(self) -> float:
+        return median(list(self.intervals)) if len(self.intervals) >= 3 else math.nan
+
+    def _allowed(self) -> float:
+        typical = self.typical()
+        wait = self.spec.min_silence
+        if not math.isnan(typical):
+            wait = max(wait, self.spec.factor * typical)
+        if self.spec.max_silence is not None:
+            wait = min(wait, self.spec.max_silence)
+        return wait
+
+    def due(self) -> float:
+        return self.last_wall + self.wait
+
+    def verdict(self, now: float) -> int:
+        return ACTIVE if self.last_step is not None and now > self.last_wall + self.wait else QUIET
+
+    def evidence(self) -> str:
+        typical = self.typical()
+        basis = (
+            f"{fmt(self.spec.factor)} × the typical interval {_duration(typical)}"
+            if not math.isnan(typical)
+            else "too few intervals to learn the pace"
+        )
+        return (
+            f"no new data for {_duration(self.wait)} after step {self.last_step} "
+            f"({basis}; at least {_duration(self.spec.min_silence)}); "
+            f"the job may be hung, dead or finished"
+        )

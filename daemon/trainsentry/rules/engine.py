@@ -1,0 +1,380 @@
+"""Points in, alert transitions out: the one code path for `run` and `replay`.
+
+The engine owns no clock, thread or file. The live runtime feeds it points as
+the tailer delivers them and calls `tick(now)` on a timer; `replay` feeds it a
+finished run's points. Every decision is made on the data's own axis (steps,
+the run's wall times), so both paths produce the same transitions for the
+same points.
+
+Per new tag, the alias table and the rules' selectors are consulted once and
+the result cached; a point then costs one dict lookup plus one O(1) update per
+rule that reads its series. A rule over a pattern gets one alert per matching
+series: (run, rule, tag) is an alert's identity.
+
+Inhibition (a critical silences the warnings of its run and rule family) is
+applied to what is *shown*: each alert's state machine runs regardless, and a
+firing warning that a critical covers is resolved with reason "inhibited by
+<rule>"; if it still holds when the critical resolves, it fires again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainsentry.point import Point
+from trainsentry.rules import model as m
+from trainsentry.rules.aliases import Aliases, glob_matcher
+from trainsentry.rules.clock import NoDataClock, ThroughputCondition
+from trainsentry.rules.condition import Evaluator, OtherSeries, fmt
+from trainsentry.rules.lifecycle import ESCALATED, FIRED, RESOLVED, Lifecycle, Transition
+from trainsentry.rules.pattern import GrowthCondition, SpikeCondition
+from trainsentry.rules.threshold import NonFiniteCondition, ThresholdCondition
+from trainsentry.rules.window import (
+    BaselineCondition,
+    PairCondition,
+    PlateauCondition,
+    RiseCondition,
+)
+
+DEFAULT_MESSAGE = "{canonical} {evidence} (step {step})"
+RUN_WIDE = "*"  # the metric of a run-level alert (no data)
+
+_FACTORIES: dict[type, Any] = {
+    m.NonFinite: NonFiniteCondition,
+    m.Threshold: ThresholdCondition,
+    m.Plateau: PlateauCondition,
+    m.Rise: RiseCondition,
+    m.Pair: PairCondition,
+    m.Baseline: BaselineCondition,
+    m.Throughput: ThroughputCondition,
+    m.Growth: GrowthCondition,
+    m.Spike: SpikeCondition,
+    m.NoData: NoDataClock,
+}
+
+
+def make_condition(spec: m.Condition) -> Evaluator:
+    factory = _FACTORIES[type(spec)]
+    condition: Evaluator = factory(spec)
+    return condition
+
+
+@dataclass(eq=False, slots=True)
+class Alert:
+    """One rule on one series of one run: its condition, its lifecycle, what was shown."""
+
+    rule: m.Rule
+    run: str
+    metric: str
+    canonical: str
+    condition: Any  # an Evaluator, or a NoDataClock for run-level rules
+    lifecycle: Lifecycle
+    shown: str | None = None  # severity last emitted as firing; None when not shown
+    last_step: int = -(2**62)
+    value: float = math.nan
+
+    def severity(self) -> str:
+        escalated = self.lifecycle.level >= m.CRITICAL
+        return "critical" if escalated or self.rule.severity == "critical" else "warning"
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    name: str
+    others: dict[str, OtherSeries] = field(default_factory=dict)
+    alerts: list[Alert] = field(default_factory=list)
+    clocks: dict[str, Alert] = field(default_factory=dict)  # rule name → no-data alert
+    last_step: int = 0
+    last_wall: float = 0.0
+
+    def other(self, canonical: str) -> OtherSeries | None:
+        return self.others.get(canonical)
+
+
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    canonical: str
+    series_rules: tuple[m.Rule, ...]
+    clock_rules: tuple[m.Rule, ...]
+
+
+class Engine:
+    def __init__(self, rules: m.RuleSet | Iterable[m.Rule], aliases: Aliases | None = None) -> None:
+        self._base_aliases = aliases or Aliases()
+        self._bindings: dict[str, _Binding] = {}
+        self._series: dict[tuple[str, str], list[Alert]] = {}
+        self._runs: dict[str, _Run] = {}
+        self._load(rules)
+
+    def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
+        ruleset = rules if isinstance(rules, m.RuleSet) else m.RuleSet(tuple(rules))
+        self.rules = ruleset.rules
+        self.aliases = self._base_aliases.extended(ruleset.aliases)
+        self._selectors = [
+            (rule, glob_matcher(rule.metrics), glob_matcher(rule.tags)) for rule in self.rules
+        ]
+        spans: dict[str, set[int]] = {}
+        for rule in self.rules:
+            if isinstance(rule.condition, m.Pair):
+                spans.setdefault(rule.condition.other, set()).add(rule.condition.other_smoothing)
+        self._other_spans = {name: frozenset(s) for name, s in spans.items()}
+        self._bindings.clear()
+
+    def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
+        """Swap the rules of a live engine, keeping the state of every unchanged rule.
+
+        Rules compare by value, so a reload that leaves a rule as it was keeps
+        its windows and its firing alerts; a removed or changed rule's alerts
+        resolve with reason "rule changed" and a changed rule starts afresh.
+        """
+        self._load(rules)
+        keep = set(self.rules)
+        out: list[Transition] = []
+        for run in self._runs.values():
+            gone = [a for a in run.alerts if a.rule not in keep]
+            self._end(run, gone, run.last_step, run.last_wall, "rule changed", out)
+            run.alerts = [a for a in run.alerts if a.rule in keep]
+            run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
+        for (run_id, tag), alerts in self._series.items():
+            run = self._runs[run_id]
+            binding = self._bindings.get(tag) or self._bind(tag)
+            kept = {a.rule: a for a in alerts if a.rule in keep}
+            alerts[:] = [
+                kept.get(rule) or self._new_alert(run, rule, tag, binding.canonical)
+                for rule in binding.series_rules
+            ]
+        return out
+
+    # --- feeding ---
+
+    def _bind(self, tag: str) -> _Binding:
+        canonical = self.aliases.resolve(tag)
+        series: list[m.Rule] = []
+        clocks: list[m.Rule] = []
+        for rule, metrics, tags in self._selectors:
+            if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
+                (clocks if isinstance(rule.condition, m.NoData) else series).append(rule)
+        binding = _Binding(canonical, tuple(series), tuple(clocks))
+        self._bindings[tag] = binding
+        return binding
+
+    def feed(self, point: Point) -> list[Transition]:
+        """Evaluate one point; the transitions it caused, in order."""
+        run_id, tag, step, wall, value = point
+        binding = self._bindings.get(tag) or self._bind(tag)
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run(run_id)
+        out: list[Transition] = []
+        if binding.clock_rules:
+            self._advance_clocks(run, binding.clock_rules, step, wall, out)
+        run.last_step, run.last_wall = step, wall
+        canonical = binding.canonical
+        spans = self._other_spans.get(canonical)
+        if spans is not None:
+            other = run.others.get(canonical)
+            if other is None:
+                other = run.others[canonical] = OtherSeries(spans)
+            other.push(step, value)
+        alerts = self._series.get((run_id, tag))
+        if alerts is None:
+            alerts = self._series[(run_id, tag)] = [
+                self._new_alert(run, rule, tag, canonical) for rule in binding.series_rules
+            ]
+        for alert in alerts:
+            rule = alert.rule
+            if step < rule.min_step:
+                continue
+            if step < alert.last_step:  # the run resumed from a checkpoint: start the window afresh
+                alert.condition = make_condition(rule.condition)
+            alert.last_step, alert.value = step, value
+            verdict = alert.condition.update(step, wall, value, run)
+            event = alert.lifecycle.observe(verdict, step, wall)
+            if event is FIRED or event is ESCALATED or event is RESOLVED:
+                self._reconcile(run, alert, step, wall, "recovered", out)
+        return out
+
+    def feed_all(self, points: Iterable[Point]) -> list[Transition]:
+        out: list[Transition] = []
+        for point in points:
+            out.extend(self.feed(point))
+        return out
+
+    def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
+        alert = Alert(
+            rule, run.name, metric, canonical, make_condition(rule.condition),
+            Lifecycle(rule.for_, rule.keep_firing_for),
+        )  # fmt: skip
+        run.alerts.append(alert)
+        return alert
+
+    # --- time: silence is judged on the run's clock, fired at its deadline ---
+
+    def _advance_clocks(
+        self, run: _Run, rules: tuple[m.Rule, ...], step: int, wall: float, out: list[Transition]
+    ) -> None:
+        for rule in rules:
+            alert = run.clocks.get(rule.name)
+            if alert is None:
+                alert = run.clocks[rule.name] = self._new_alert(run, rule, RUN_WIDE, RUN_WIDE)
+            self._check_clock(run, alert, wall, out)
+            alert.condition.observe(step, wall)
+            alert.last_step, alert.value = step, math.nan
+            if alert.lifecycle.observe(m.QUIET, step, wall) is RESOLVED:
+                self._reconcile(run, alert, step, wall, "data resumed", out)
+
+    def _check_clock(self, run: _Run, alert: Alert, now: float, out: list[Transition]) -> None:
+        clock: NoDataClock = alert.condition
+        if alert.lifecycle.firing or clock.verdict(now) != m.ACTIVE:
+            return
+        due = clock.due()
+        step = clock.last_step if clock.last_step is not None else run.last_step
+        if alert.lifecycle.observe(m.ACTIVE, step, due) in (FIRED, ESCALATED):
+            self._reconcile(run, alert, step, due, "", out)
+            # what was firing on this run can no longer recover: resolve it, clocks aside
+            others = [a for a in run.alerts if a.metric != RUN_WIDE]
+            self._end(run, others, step, due, "data stopped", out)
+
+    def _end(
+        self,
+        run: _Run,
+        alerts: list[Alert],
+        step: int,
+        wall: float,
+        reason: str,
+        out: list[Transition],
+    ) -> None:
+        # stop every lifecycle first, so a resolving critical cannot re-show a warning
+        for alert in alerts:
+            alert.lifecycle.stop()
+        for alert in alerts:
+            if alert.shown is not None:
+                self._reconcile(run, alert, step, wall, reason, out)
+
+    def tick(self, now: float) -> list[Transition]:
+        """Live only: fire no-data alerts whose deadline `now` has passed."""
+        out: list[Transition] = []
+        for run in self._runs.values():
+            for alert in run.clocks.values():
+                self._check_clock(run, alert, now, out)
+        return out
+
+    # --- ending ---
+
+    def finish(self, run_id: str, reason: str = "run finished") -> list[Transition]:
+        """Resolve what is firing on a run and forget it (it ended, or was deleted)."""
+        run = self._runs.pop(run_id, None)
+        out: list[Transition] = []
+        if run is None:
+            return out
+        self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
+        for key in [k for k in self._series if k[0] == run_id]:
+            del self._series[key]
+        return out
+
+    def finish_all(self, reason: str = "run finished") -> list[Transition]:
+        out: list[Transition] = []
+        for run_id in list(self._runs):
+            out.extend(self.finish(run_id, reason))
+        return out
+
+    def firing(self) -> list[Transition]:
+        """The alerts shown as firing now, as their latest firing transition would read."""
+        return [
+            self._transition(a, "firing", a.shown, a.last_step, run.last_wall, None, None)
+            for run in self._runs.values()
+            for a in run.alerts
+            if a.shown is not None
+        ]
+
+    # --- what is shown: escalation, inhibition, messages ---
+
+    def _reconcile(
+        self, run: _Run, alert: Alert, step: int, wall: float, reason: str, out: list[Transition]
+    ) -> None:
+        want = alert.severity() if alert.lifecycle.firing else None
+        blocker = self._inhibitor(run, alert) if want == "warning" else None
+        if blocker is not None:
+            want, reason = None, f"inhibited by {blocker.rule.name}"
+        shown = alert.shown
+        if want == shown:
+            return
+        alert.shown = want
+        if want is None:
+            out.append(self._transition(alert, "resolved", shown, step, wall, reason, None))
+        else:
+            out.append(self._transition(alert, "firing", want, step, wall, None, shown))
+        if "critical" in (want, shown):  # the family's warnings may be (un)covered now
+            group = alert.rule.group
+            for other in run.alerts:
+                shown_or_held = other.shown == "warning" or (
+                    other.shown is None and other.lifecycle.firing
+                )
+                if other is not alert and other.rule.group == group and shown_or_held:
+                    self._reconcile(run, other, step, wall, "recovered", out)
+
+    def _inhibitor(self, run: _Run, alert: Alert) -> Alert | None:
+        group = alert.rule.group
+        for other in run.alerts:
+            if other is not alert and other.shown == "critical" and other.rule.group == group:
+                return other
+        return None
+
+    def _transition(
+        self,
+        alert: Alert,
+        state: str,
+        severity: str | None,
+        step: int,
+        wall: float,
+        reason: str | None,
+        escalated_from: str | None,
+    ) -> Transition:
+        rule = alert.rule
+        if state == "resolved":
+            value = f" = {fmt(alert.value)}" if not math.isnan(alert.value) else ""
+            message = f"resolved ({reason}): {alert.canonical}{value} at step {step}"
+        else:
+            message = self._render(alert, step, wall)
+        return Transition(
+            run=alert.run,
+            rule=rule.name,
+            severity=severity or alert.severity(),
+            state=state,
+            step=step,
+            wall_time=wall,
+            metric=alert.metric,
+            value=alert.value,
+            message=message,
+            canonical=alert.canonical,
+            family=rule.group,
+            reason=reason,
+            escalated_from=escalated_from,
+            runbook=rule.runbook,
+            labels=dict(rule.labels),
+        )
+
+    def _render(self, alert: Alert, step: int, wall: float) -> str:
+        rule = alert.rule
+        fields = {
+            "run": alert.run,
+            "rule": rule.name,
+            "severity": alert.severity(),
+            "metric": alert.metric,
+            "canonical": alert.canonical if alert.canonical != RUN_WIDE else "run",
+            "value": alert.value,
+            "step": step,
+            "wall_time": wall,
+            "evidence": alert.condition.evidence(),
+            "runbook": rule.runbook or "",
+            "labels": dict(rule.labels),
+        }
+        try:
+            default = "{evidence}" if alert.metric == RUN_WIDE else DEFAULT_MESSAGE
+            return (rule.message or default).format_map(fields)
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            text = DEFAULT_MESSAGE.format_map(fields)
+            return f"{text} (message template of {rule.name} failed: {exc})"

@@ -1,0 +1,168 @@
+"""The alert lifecycle: a pure state machine on the data's own clock.
+
+Prometheus' semantics, moved from wall-clock evaluation ticks onto the run's
+step axis: a condition that holds goes *pending*, and *firing* once it has held
+for `for` (steps, seconds of the run's wall time, or logged points); a firing
+alert stays firing until the condition has been quiet for `keep_firing_for`,
+then *resolves*. Nothing here reads a clock or does I/O, so one sequence of
+verdicts always yields one sequence of events — that is what makes a replay of
+finished logs a faithful backtest of the live daemon.
+
+Severity only goes up while an alert lives: an escalation from warning to
+critical is the same alert with a new severity (one event, "escalated"), and
+it does not step back down until resolved, so a flapping projection cannot
+page, un-page and page again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trainsentry.rules.model import ACTIVE, QUIET, Span
+
+INACTIVE, PENDING, FIRING = 0, 1, 2
+
+# events returned by Lifecycle.observe
+BECAME_PENDING = "pending"
+FIRED = "firing"
+ESCALATED = "escalated"
+RESOLVED = "resolved"
+CANCELLED = "cancelled"  # pending that never fired
+
+
+def _reached(span: Span | None, steps: float, seconds: float, points: int) -> bool:
+    if span is None or span.amount <= 0:
+        return True
+    if span.unit == "steps":
+        return steps >= span.amount
+    if span.unit == "seconds":
+        return seconds >= span.amount
+    return points >= span.amount
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    for_: Span | None = None
+    keep_firing_for: Span | None = None
+    phase: int = INACTIVE
+    level: int = QUIET  # ACTIVE or CRITICAL while pending/firing
+    since_step: int = 0
+    since_wall: float = 0.0
+    active_points: int = 0  # consecutive active verdicts in this streak
+    last_step: int = 0  # last active verdict
+    last_wall: float = 0.0
+    quiet_points: int = 0  # quiet verdicts since the last active one
+
+    def observe(self, verdict: int | None, step: int, wall_time: float) -> str | None:
+        """Advance on one verdict (None: the condition could not judge this point)."""
+        if verdict is None:
+            return None
+        if verdict >= ACTIVE:
+            self.last_step, self.last_wall, self.quiet_points = step, wall_time, 0
+            if self.phase == INACTIVE:
+                self.phase, self.level = PENDING, verdict
+                self.since_step, self.since_wall, self.active_points = step, wall_time, 1
+                return FIRED if self._fire() else BECAME_PENDING
+            if self.phase == PENDING:
+                self.active_points += 1
+                self.level = max(self.level, verdict)
+                return FIRED if self._fire() else None
+            if verdict > self.level:
+                self.level = verdict
+                return ESCALATED
+            return None
+        if self.phase == PENDING:
+            self.reset()
+            return CANCELLED
+        if self.phase == FIRING:
+            self.quiet_points += 1
+            if _reached(
+                self.keep_firing_for,
+                step - self.last_step,
+                _elapsed(wall_time, self.last_wall),
+                self.quiet_points,
+            ):
+                self.reset()
+                return RESOLVED
+        return None
+
+    def _fire(self) -> bool:
+        held = _reached(
+            self.for_,
+            self.last_step - self.since_step,
+            _elapsed(self.last_wall, self.since_wall),
+            self.active_points,
+        )
+        if held:
+            self.phase = FIRING
+        return held
+
+    def stop(self) -> bool:
+        """End the alert from outside (run finished, data stopped); True if it was firing."""
+        was_firing = self.phase == FIRING
+        self.reset()
+        return was_firing
+
+    def reset(self) -> None:
+        self.phase, self.level, self.active_points, self.quiet_points = INACTIVE, QUIET, 0, 0
+
+    @property
+    def firing(self) -> bool:
+        return self.phase == FIRING
+
+
+def _elapsed(later: float, earlier: float) -> float:
+    return later - earlier if math.isfinite(later) and math.isfinite(earlier) else 0.0
+
+
+def _json_number(value: float) -> float | str:
+    # JSON has no NaN or infinity; a non-finite value is itself the evidence, so keep it as text
+    return value if math.isfinite(value) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One change an alert went through, as the outbox and `replay` see it."""
+
+    run: str
+    rule: str
+    severity: str
+    state: str  # "firing" | "resolved"
+    step: int
+    wall_time: float
+    metric: str  # the raw tag, as the writer named it
+    value: float
+    message: str
+    canonical: str = ""
+    family: str = ""
+    reason: str | None = None  # for resolved: recovered, run finished, data stopped, ...
+    escalated_from: str | None = None
+    runbook: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Alert identity: the same across an escalation and its resolve."""
+        return (self.run, self.rule, self.metric)
+
+    def as_dict(self) -> dict[str, object]:
+        """The alert line of DESIGN.md, plus optional keys where they say something."""
+        out: dict[str, object] = {
+            "run": self.run,
+            "rule": self.rule,
+            "severity": self.severity,
+            "state": self.state,
+            "step": self.step,
+            "wall_time": self.wall_time if math.isfinite(self.wall_time) else None,
+            "metric": self.metric,
+            "value": _json_number(self.value),
+            "message": self.message,
+            "canonical": self.canonical,
+            "family": self.family,
+            "labels": dict(self.labels),
+        }
+        for key in ("reason", "escalated_from", "runbook"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out

@@ -1,0 +1,226 @@
+"""The engine's own vocabulary: plain frozen dataclasses.
+
+Pydantic stops at the file boundary (schema.py). Past it every rule is a frozen
+dataclass: the hot path pays no validation, rules compare by value (a reload
+that changes nothing keeps alert state), and nothing here knows about YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["warning", "critical"]
+SpanUnit = Literal["steps", "points", "seconds"]
+
+# Verdict codes returned by conditions on every point; ints, not objects,
+# because a verdict is produced for every point and every matching rule.
+QUIET = 0  # the condition holds no alarm
+ACTIVE = 1  # alarm at the rule's own severity
+CRITICAL = 2  # alarm, escalated to critical whatever the rule's severity
+
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNITS: dict[str, tuple[SpanUnit, float]] = {
+    "": ("steps", 1.0),
+    "step": ("steps", 1.0),
+    "steps": ("steps", 1.0),
+    "point": ("points", 1.0),
+    "points": ("points", 1.0),
+    "eval": ("points", 1.0),
+    "evals": ("points", 1.0),
+    "evaluation": ("points", 1.0),
+    "evaluations": ("points", 1.0),
+    "s": ("seconds", 1.0),
+    "sec": ("seconds", 1.0),
+    "secs": ("seconds", 1.0),
+    "second": ("seconds", 1.0),
+    "seconds": ("seconds", 1.0),
+    "m": ("seconds", 60.0),
+    "min": ("seconds", 60.0),
+    "mins": ("seconds", 60.0),
+    "minute": ("seconds", 60.0),
+    "minutes": ("seconds", 60.0),
+    "h": ("seconds", 3600.0),
+    "hour": ("seconds", 3600.0),
+    "hours": ("seconds", 3600.0),
+    "d": ("seconds", 86400.0),
+    "day": ("seconds", 86400.0),
+    "days": ("seconds", 86400.0),
+}
+SPAN_HELP = "a span like `200 steps`, `10 points` (evaluations), `90s`, `5m` or `2h`"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A length on the data's own axis: training steps, logged points, or seconds.
+
+    Windows and `for` are measured on the run's clock, never the daemon's, so a
+    replay of finished logs decides exactly as the live daemon did.
+    """
+
+    amount: float
+    unit: SpanUnit
+
+    @classmethod
+    def parse(cls, text: str | int | float) -> Span:
+        """A bare number is steps; raises ValueError with the accepted forms."""
+        if isinstance(text, bool):
+            raise ValueError(f"expected {SPAN_HELP}, got {text!r}")
+        if isinstance(text, (int, float)):
+            if text < 0:
+                raise ValueError(f"expected {SPAN_HELP}, got a negative number")
+            return cls(float(text), "steps")
+        match = _SPAN.match(str(text))
+        unit = _UNITS.get(match.group(3).lower()) if match else None
+        if match is None or unit is None:
+            raise ValueError(f"expected {SPAN_HELP}, got {text!r}")
+        amount = float(match.group(1)) * (10 ** int(match.group(2)) if match.group(2) else 1)
+        return cls(amount * unit[1], unit[0])
+
+    def __str__(self) -> str:
+        if self.unit == "seconds":
+            for size, suffix in ((3600.0, "h"), (60.0, "m")):
+                if self.amount >= size and self.amount % size == 0:
+                    return f"{self.amount / size:g}{suffix}"
+            return f"{self.amount:g}s"
+        return f"{self.amount:g} {self.unit}"
+
+
+# --- condition specs, one per kind; the evaluators live in threshold/window/pattern ---
+
+
+@dataclass(frozen=True, slots=True)
+class NonFinite:
+    """NaN or ±inf: training that produced one has almost never recovered on its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    above: float | None = None
+    below: float | None = None
+    resolve_below: float | None = None  # hysteresis: stays active until back under this
+    resolve_above: float | None = None
+    critical_above: float | None = None
+    critical_below: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plateau:
+    window: Span
+    min_improvement: float = 0.0  # relative, e.g. 0.01 = 1 %
+    min_delta: float = 0.0  # absolute, Keras EarlyStopping's min_delta
+    method: Literal["best", "mean"] = "mean"
+    goal: Literal["min", "max"] = "min"
+
+
+@dataclass(frozen=True, slots=True)
+class Rise:
+    factor: float  # smoothed value over its own smoothed best
+    smoothing: int = 20  # EWMA span in points
+    min_delta: float = 0.0
+    skip: int = 0  # points before the best is tracked (initial transients)
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    other: str  # canonical name of the second series, same run
+    ratio_above: float | None = None  # this / other
+    gap_above: float | None = None  # this - other
+    other_below: float | None = None
+    other_above: float | None = None
+    rise_from_best: float | None = None  # this above its own best by this fraction
+    other_fall_since_best: float | None = None  # while the other fell by this fraction
+    other_smoothing: int = 10  # EWMA span (points) of the other series
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    learn: Span
+    skip: Span = Span(0.0, "points")
+    rolling: bool = False
+    z_above: float | None = None
+    z_below: float | None = None
+    ratio_above: float | None = None
+    ratio_below: float | None = None
+    value_above: float | None = None  # extra absolute guards, ANDed
+    value_below: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    slowdown: float  # recent seconds-per-step over the baseline's
+    source: Literal["clock", "step_time", "rate"] = "clock"
+    learn: int = 50  # intervals (or values) in the baseline
+    skip: int = 5  # first intervals ignored: compilation, cache warm-up
+    recent: int = 9  # median of the last N: a single checkpoint pause is not a drop
+
+
+@dataclass(frozen=True, slots=True)
+class NoData:
+    factor: float = 20.0  # silence longer than this many typical logging intervals
+    min_silence: float = 900.0  # seconds; above writers' 120 s flush buffering
+    max_silence: float | None = None
+    learn: int = 32  # intervals remembered for the typical interval
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    window: Span
+    min_growth: float = 4.0  # fitted growth factor over the window
+    min_r2: float = 0.8
+    min_points: int = 8
+    min_value: float = 0.0  # ignore growth while the value is below this
+    threshold: float | None = None  # projection target
+    critical_within: float | None = None  # steps to crossing that escalate to critical
+
+
+@dataclass(frozen=True, slots=True)
+class Spike:
+    method: Literal["sigma", "ewma"] = "sigma"
+    window: int = 100  # points behind the mean and sigma
+    k: float = 6.0
+    min_ratio: float = 1.5  # and at least this multiple of the mean: flat series have tiny σ
+    fast: int = 3  # EWMA spans (points) for method ewma
+    slow: int = 100
+    ratio: float = 2.0
+    warmup: int = 20  # points before a spike can be judged
+    repeat_count: int | None = None  # this many spikes ...
+    repeat_within: Span | None = None  # ... within this span escalate to critical
+
+
+Condition = (
+    NonFinite | Threshold | Plateau | Rise | Pair | Baseline | Throughput | NoData | Growth | Spike
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    condition: Condition
+    severity: Severity = "warning"
+    metrics: tuple[str, ...] = ()  # globs over canonical names
+    tags: tuple[str, ...] = ()  # globs over raw tags
+    family: str = ""  # critical inhibits warning within (run, family)
+    for_: Span | None = None
+    keep_firing_for: Span | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    message: str | None = None  # str.format template; see lifecycle.MESSAGE_FIELDS
+    runbook: str | None = None
+    min_step: int = 0  # points before this step are not evaluated
+    origin: str = field(default="", compare=False)  # "file:line" for humans
+
+    @property
+    def group(self) -> str:
+        return self.family or self.name
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """What the engine runs: the rules and the user's additions to the alias table."""
+
+    rules: tuple[Rule, ...] = ()
+    aliases: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (canonical, tags), user first
+
+    def __len__(self) -> int:
+        return len(self.rules)

@@ -1,0 +1,206 @@
+"""Layer 3, shapes: exponential growth with a projection, and spikes.
+
+Divergence announces itself before the NaN: the gradient norm grows
+geometrically for tens of steps. A least-squares line through log(value)
+against step over a sliding window measures that growth (its slope), how
+clean it is (R²), and when the fitted curve will cross a threshold — the lead
+time a page needs. The fit keeps running sums (n, Σx, Σy, Σx², Σxy, Σy²), so
+each point costs O(1); x is taken relative to an origin that is moved to the
+window's start whenever the sums are rebuilt, which keeps x² small enough
+that the variance does not drown in rounding at step ten million.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from trainsentry.rules.condition import RunView, SpanWindow, axis, fmt
+from trainsentry.rules.model import ACTIVE, CRITICAL, QUIET, Growth, Span, Spike
+
+
+class GrowthCondition:
+    __slots__ = (
+        "count", "fit", "growing", "items", "origin", "rebuild_in", "spec",
+        "sx", "sxx", "sxy", "sy", "syy", "value",
+    )  # fmt: skip
+
+    def __init__(self, spec: Growth) -> None:
+        self.spec = spec
+        self.items: deque[tuple[float, float, float]] = deque()  # (position, x, y)
+        self.origin = 0.0
+        self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
+        self.rebuild_in = 0
+        self.count = 0
+        self.growing = False
+        self.value = math.nan
+        self.fit: tuple[float, float, float, float, float] | None = None  # slope, r2, span, yhat, x
+
+    def _add(self, x: float, y: float, sign: float) -> None:
+        x -= self.origin
+        self.sx += sign * x
+        self.sy += sign * y
+        self.sxx += sign * x * x
+        self.sxy += sign * x * y
+        self.syy += sign * y * y
+
+    def _rebuild(self) -> None:
+        self.origin = self.items[0][1]
+        self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
+        for _, x, y in self.items:
+            self._add(x, y, 1.0)
+        self.rebuild_in = len(self.items) + 16
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if not (math.isfinite(value) and value > 0):
+            return None  # log needs a positive finite value; NaN/inf is the non_finite rule's
+        self.count += 1
+        self.value = value
+        window = self.spec.window
+        position = axis(window, step, wall_time, self.count)
+        items = self.items
+        if items and step <= items[-1][1]:
+            return None  # a repeated or rewound step adds nothing to a fit against step
+        items.append((position, float(step), math.log(value)))
+        self._add(float(step), items[-1][2], 1.0)
+        while items and (
+            len(items) > window.amount
+            if window.unit == "points"
+            else items[0][0] <= position - window.amount
+        ):
+            old = items.popleft()
+            self._add(old[1], old[2], -1.0)
+        self.rebuild_in -= 1
+        if self.rebuild_in <= 0:
+            self._rebuild()
+        return self._judge(step)
+
+    def _judge(self, step: int) -> int | None:
+        n = len(self.items)
+        if n < self.spec.min_points:
+            self.fit = None
+            return None
+        sxx = self.sxx - self.sx * self.sx / n
+        sxy = self.sxy - self.sx * self.sy / n
+        syy = self.syy - self.sy * self.sy / n
+        if sxx <= 0:
+            return None
+        slope = sxy / sxx
+        r2 = sxy * sxy / (sxx * syy) if syy > 0 else 0.0
+        span = self.items[-1][1] - self.items[0][1]
+        x = step - self.origin
+        yhat = (self.sy - slope * self.sx) / n + slope * x
+        self.fit = (slope, r2, span, yhat, x)
+        spec = self.spec
+        # hysteresis: once growing, it takes half the growth (in log space) and a value
+        # back under the threshold to count as recovered — not one noisy window
+        needed = math.log(spec.min_growth) * (0.5 if self.growing else 1.0)
+        past = self.growing and spec.threshold is not None and self.value >= spec.threshold
+        self.growing = past or (
+            slope > 0
+            and slope * span >= needed
+            and r2 >= spec.min_r2
+            and self.value >= spec.min_value
+        )
+        if not self.growing:
+            return QUIET
+        ahead = self.steps_to_threshold()
+        if spec.critical_within is not None and ahead is not None and ahead <= spec.critical_within:
+            return CRITICAL
+        return ACTIVE
+
+    def steps_to_threshold(self) -> float | None:
+        """Steps until the fitted curve reaches `threshold` (0 if already past)."""
+        if self.fit is None or self.spec.threshold is None or self.fit[0] <= 0:
+            return None
+        slope, _, _, yhat, _ = self.fit
+        if self.value >= self.spec.threshold:
+            return 0.0
+        return max((math.log(self.spec.threshold) - yhat) / slope, 0.0)
+
+    def evidence(self) -> str:
+        if self.fit is None:
+            return f"is {fmt(self.value)} (too few points for a fit)"
+        slope, r2, span, _, _ = self.fit
+        text = (
+            f"grew ×{math.exp(slope * span):.3g} in {span:.0f} steps "
+            f"({len(self.items)} points, R² {r2:.2f}), now {fmt(self.value)}"
+        )
+        ahead = self.steps_to_threshold()
+        if ahead is not None:
+            if ahead == 0:
+                text += f"; already past {fmt(self.spec.threshold or 0)}"
+            else:
+                text += f"; projected to pass {fmt(self.spec.threshold or 0)} in ~{ahead:.0f} steps"
+        return text
+
+
+class SpikeCondition:
+    """A point far above the recent level; repeated spikes escalate.
+
+    `sigma`: above mean + k·σ of the last `window` points and at least
+    `min_ratio` × the mean. `ewma`: a fast EWMA over `ratio` × a slow one.
+    A spike enters the statistics clipped at the spike limit, so one spike does
+    not hide the next, while a lasting level shift is absorbed over a window.
+    """
+
+    __slots__ = ("count", "fast", "limit", "mean", "slow", "spec", "spikes", "value", "window")
+
+    def __init__(self, spec: Spike) -> None:
+        self.spec = spec
+        self.window = SpanWindow(Span(float(spec.window), "points"))
+        self.fast = math.nan
+        self.slow = math.nan
+        self.count = 0
+        self.value = math.nan
+        self.mean = math.nan
+        self.limit = math.nan
+        self.spikes: deque[float] = deque()  # positions of recent spikes
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if not math.isfinite(value):
+            return None
+        spec = self.spec
+        self.count += 1
+        self.value = value
+        if spec.method == "sigma":
+            mean, std = self.window.mean(), self.window.std()
+            ready = len(self.window.items) >= max(spec.warmup, 3)
+            self.mean = mean
+            self.limit = max(mean + spec.k * std, mean + (spec.min_ratio - 1.0) * abs(mean))
+            spike = ready and value > self.limit
+            self.window.push(self.count, min(value, self.limit) if ready else value)
+        else:
+            fast_a, slow_a = 2.0 / (spec.fast + 1.0), 2.0 / (spec.slow + 1.0)
+            self.fast = value if math.isnan(self.fast) else self.fast + fast_a * (value - self.fast)
+            self.slow = value if math.isnan(self.slow) else self.slow + slow_a * (value - self.slow)
+            self.mean, self.limit = self.slow, spec.ratio * self.slow
+            spike = self.count > spec.warmup and self.slow > 0 and self.fast > self.limit
+        if not spike:
+            return QUIET
+        if spec.repeat_count is None or spec.repeat_within is None:
+            return ACTIVE
+        within = spec.repeat_within
+        position = axis(within, step, wall_time, self.count)
+        self.spikes.append(position)
+        while self.spikes[0] <= position - within.amount:
+            self.spikes.popleft()
+        return CRITICAL if len(self.spikes) >= spec.repeat_count else ACTIVE
+
+    def evidence(self) -> str:
+        spec = self.spec
+        if spec.method == "sigma":
+            std = self.window.std()
+            sigmas = (self.value - self.mean) / std if std > 0 else math.inf
+            text = (
+                f"jumped to {fmt(self.value)}, {sigmas:.3g}σ above its mean {fmt(self.mean)} "
+                f"over the last {len(self.window.items)} points (limit {fmt(self.limit)})"
+            )
+        else:
+            text = (
+                f"fast average {fmt(self.fast)} is ×{self.fast / self.slow:.3g} the slow one "
+                f"{fmt(self.slow)} (limit ×{fmt(spec.ratio)})"
+            )
+        if spec.repeat_count and spec.repeat_within and len(self.spikes) > 1:
+            text += f"; {len(self.spikes)} spikes within {spec.repeat_within}"
+        return text

@@ -1,0 +1,315 @@
+"""The rule file as pydantic sees it: the one place input is distrusted.
+
+Every model forbids unknown keys (a misspelt `keep_firing_for` must not be
+silently ignored), and a rule names its condition by a key of its own
+(`growth:`, `spike:` ...) rather than a `kind:` field, so pydantic reports an
+error in a growth rule against the growth fields only instead of one error per
+member of a union. `to_rule` hands the engine plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
+
+from trainsentry.rules import model as m
+
+MESSAGE_FIELDS = frozenset(
+    {"run", "rule", "severity", "metric", "canonical", "value", "step", "wall_time"}
+    | {"evidence", "runbook", "labels"}
+)
+
+
+def _span(value: Any) -> m.Span:
+    if isinstance(value, m.Span):
+        return value
+    if not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected {m.SPAN_HELP}, got {type(value).__name__}")
+    return m.Span.parse(value)
+
+
+SpanField = Annotated[m.Span, PlainValidator(_span)]
+Positive = Annotated[float, Field(gt=0)]
+Count = Annotated[int, Field(ge=1)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+
+class NonFiniteSpec(Strict):
+    pass
+
+
+class ThresholdSpec(Strict):
+    above: float | None = None
+    below: float | None = None
+    resolve_below: float | None = None
+    resolve_above: float | None = None
+    critical_above: float | None = None
+    critical_below: float | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ThresholdSpec:
+        if self.above is None and self.below is None:
+            raise ValueError("a threshold needs `above` or `below`")
+        if self.resolve_below is not None and (
+            self.above is None or self.resolve_below > self.above
+        ):
+            raise ValueError("`resolve_below` needs `above` and must not exceed it")
+        if self.resolve_above is not None and (
+            self.below is None or self.resolve_above < self.below
+        ):
+            raise ValueError("`resolve_above` needs `below` and must not be under it")
+        return self
+
+
+class PlateauSpec(Strict):
+    window: SpanField
+    min_improvement: float = Field(0.0, ge=0)
+    min_delta: float = Field(0.0, ge=0)
+    method: Literal["best", "mean"] = "mean"
+    goal: Literal["min", "max"] = "min"
+
+
+class RiseSpec(Strict):
+    factor: float = Field(gt=1)
+    smoothing: Count = 20
+    min_delta: float = Field(0.0, ge=0)
+    skip: int = Field(0, ge=0)
+
+
+class PairSpec(Strict):
+    other: str
+    ratio_above: Positive | None = None
+    gap_above: float | None = None
+    other_below: float | None = None
+    other_above: float | None = None
+    rise_from_best: float | None = Field(None, ge=0)
+    other_fall_since_best: float | None = Field(None, ge=0)
+    other_smoothing: Count = 10
+
+    @model_validator(mode="after")
+    def _has_test(self) -> PairSpec:
+        if self.ratio_above is None and self.gap_above is None and self.rise_from_best is None:
+            raise ValueError("a pair needs `ratio_above`, `gap_above` or `rise_from_best`")
+        return self
+
+
+class BaselineSpec(Strict):
+    learn: SpanField
+    skip: SpanField = m.Span(0.0, "points")
+    rolling: bool = False
+    z_above: float | None = None
+    z_below: float | None = None
+    ratio_above: Positive | None = None
+    ratio_below: Positive | None = None
+    value_above: float | None = None
+    value_below: float | None = None
+
+    @model_validator(mode="after")
+    def _has_test(self) -> BaselineSpec:
+        tests = (self.z_above, self.z_below, self.ratio_above, self.ratio_below)
+        if all(t is None for t in tests):
+            raise ValueError(
+                "a baseline needs `z_above`, `z_below`, `ratio_above` or `ratio_below`"
+            )
+        if self.learn.unit != "points":
+            raise ValueError("`learn` is counted in points, e.g. `200 points`")
+        return self
+
+
+class ThroughputSpec(Strict):
+    slowdown: float = Field(gt=1)
+    source: Literal["clock", "step_time", "rate"] = "clock"
+    learn: Count = 50
+    skip: int = Field(5, ge=0)
+    recent: Count = 9
+
+
+class NoDataSpec(Strict):
+    factor: float = Field(20.0, gt=1)
+    min_silence: SpanField = m.Span(900.0, "seconds")
+    max_silence: SpanField | None = None
+    learn: Count = 32
+
+    @field_validator("min_silence", "max_silence")
+    @classmethod
+    def _seconds(cls, value: m.Span | None) -> m.Span | None:
+        if value is not None and value.unit != "seconds":
+            raise ValueError("silence is a time, e.g. `15m` or `900s`")
+        return value
+
+
+class GrowthSpec(Strict):
+    window: SpanField
+    min_growth: float = Field(4.0, gt=1)
+    min_r2: float = Field(0.8, ge=0, le=1)
+    min_points: int = Field(8, ge=3)
+    min_value: float = Field(0.0, ge=0)
+    threshold: Positive | None = None
+    critical_within: SpanField | None = None
+
+    @model_validator(mode="after")
+    def _projection(self) -> GrowthSpec:
+        if self.critical_within is not None:
+            if self.threshold is None:
+                raise ValueError("`critical_within` projects onto `threshold`; set one")
+            if self.critical_within.unit != "steps":
+                raise ValueError("`critical_within` is counted in steps")
+        return self
+
+
+class RepeatSpec(Strict):
+    count: int = Field(ge=2)
+    within: SpanField
+
+
+class SpikeSpec(Strict):
+    method: Literal["sigma", "ewma"] = "sigma"
+    window: int = Field(100, ge=3)
+    k: Positive = 6.0
+    min_ratio: float = Field(1.5, ge=1)
+    fast: Count = 3
+    slow: Count = 100
+    ratio: float = Field(2.0, gt=1)
+    warmup: int = Field(20, ge=0)
+    repeat: RepeatSpec | None = None
+
+
+CONDITIONS: dict[str, type[Strict]] = {
+    "non_finite": NonFiniteSpec,
+    "threshold": ThresholdSpec,
+    "plateau": PlateauSpec,
+    "rise": RiseSpec,
+    "pair": PairSpec,
+    "baseline": BaselineSpec,
+    "throughput": ThroughputSpec,
+    "no_data": NoDataSpec,
+    "growth": GrowthSpec,
+    "spike": SpikeSpec,
+}
+
+
+class RuleSpec(Strict):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    metric: str | list[str] | None = None
+    tag: str | list[str] | None = None
+    severity: Literal["warning", "critical"] = "warning"
+    family: str | None = None
+    for_: SpanField | None = Field(None, alias="for")
+    keep_firing_for: SpanField | None = None
+    labels: dict[str, str] = {}
+    message: str | None = None
+    runbook: str | None = None
+    min_step: int = Field(0, ge=0)
+    enabled: bool = True
+    non_finite: NonFiniteSpec | None = None
+    threshold: ThresholdSpec | None = None
+    plateau: PlateauSpec | None = None
+    rise: RiseSpec | None = None
+    pair: PairSpec | None = None
+    baseline: BaselineSpec | None = None
+    throughput: ThroughputSpec | None = None
+    no_data: NoDataSpec | None = None
+    growth: GrowthSpec | None = None
+    spike: SpikeSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_kind(cls, data: Any) -> Any:
+        # `non_finite:` with nothing after it reads as null; it still names the kind
+        if isinstance(data, dict):
+            for kind in CONDITIONS:
+                if kind in data and data[kind] in (None, True):
+                    data = {**data, kind: {}}
+        return data
+
+    @field_validator("message")
+    @classmethod
+    def _template(cls, text: str | None) -> str | None:
+        if text is None:
+            return text
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+        except ValueError as exc:
+            raise ValueError(f"bad message template: {exc}") from None
+        unknown = {n.split(".")[0].split("[")[0] for n in names} - MESSAGE_FIELDS
+        if unknown or "" in names:
+            raise ValueError(
+                f"unknown placeholder {{{sorted(unknown or {''})[0]}}} in message; "
+                f"known: {', '.join(sorted(MESSAGE_FIELDS))}"
+            )
+        return text
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> RuleSpec:
+        found = [k for k in CONDITIONS if getattr(self, k) is not None]
+        if len(found) != 1:
+            kinds = ", ".join(CONDITIONS)
+            detail = "none" if not found else ", ".join(found)
+            raise ValueError(f"a rule needs exactly one condition ({kinds}); found {detail}")
+        if self.metric is not None and self.tag is not None:
+            raise ValueError("give `metric` (canonical names) or `tag` (raw tags), not both")
+        if self.metric is None and self.tag is None and found[0] != "no_data":
+            raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
+        return self
+
+    def kind(self) -> str:
+        return next(k for k in CONDITIONS if getattr(self, k) is not None)
+
+    def to_rule(self, origin: str = "") -> m.Rule:
+        kind = self.kind()
+        spec = getattr(self, kind)
+        fields = dict(spec)  # field values as validated; model_dump would turn Spans into dicts
+        if kind == "spike":
+            repeat = fields.pop("repeat")
+            fields["repeat_count"] = repeat.count if repeat else None
+            fields["repeat_within"] = repeat.within if repeat else None
+        if kind == "no_data":
+            fields["min_silence"] = fields["min_silence"].amount
+            fields["max_silence"] = fields["max_silence"].amount if fields["max_silence"] else None
+        if kind == "growth" and fields["critical_within"] is not None:
+            fields["critical_within"] = fields["critical_within"].amount
+        condition: m.Condition = _DATACLASSES[kind](**fields)
+
+        def globs(value: str | list[str] | None) -> tuple[str, ...]:
+            return () if value is None else (value,) if isinstance(value, str) else tuple(value)
+
+        return m.Rule(
+            name=self.name,
+            condition=condition,
+            severity=self.severity,
+            metrics=globs(self.metric) or (("*",) if self.tag is None else ()),
+            tags=globs(self.tag),
+            family=self.family or self.name,
+            for_=self.for_,
+            keep_firing_for=self.keep_firing_for,
+            labels=tuple(sorted(self.labels.items())),
+            message=self.message,
+            runbook=self.runbook,
+            min_step=self.min_step,
+            origin=origin,
+        )
+
+
+_DATACLASSES: dict[str, Any] = {
+    "non_finite": m.NonFinite,
+    "threshold": m.Threshold,
+    "plateau": m.Plateau,
+    "rise": m.Rise,
+    "pair": m.Pair,
+    "baseline": m.Baseline,
+    "throughput": m.Throughput,
+    "no_data": m.NoData,
+    "growth": m.Growth,
+    "spike": m.Spike,
+}
+
+
+class RuleFileSpec(Strict):
+    version: Literal[1] = 1
+    aliases: dict[str, list[str]] = {}
+    rules: list[RuleSpec] = []

@@ -1,0 +1,79 @@
+"""Layer 1, absolute conditions: a single point decides.
+
+The cheapest checks, and the only ones that need no history. A threshold has
+a separate resolve level (hysteresis): a gradient norm hovering around its
+ceiling would otherwise fire and resolve on alternate points.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainsentry.rules.condition import RunView, fmt
+from trainsentry.rules.model import ACTIVE, CRITICAL, QUIET, NonFinite, Threshold
+
+
+class NonFiniteCondition:
+    __slots__ = ("value",)
+
+    def __init__(self, spec: NonFinite) -> None:
+        self.value = 0.0
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        self.value = value
+        return QUIET if math.isfinite(value) else ACTIVE
+
+    def evidence(self) -> str:
+        return (
+            f"is {self.value}"
+            if not math.isfinite(self.value)
+            else f"is finite ({fmt(self.value)})"
+        )
+
+
+class ThresholdCondition:
+    __slots__ = ("active", "spec", "value")
+
+    def __init__(self, spec: Threshold) -> None:
+        self.spec = spec
+        self.active = False
+        self.value = math.nan
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if math.isnan(value):
+            return None  # NaN is neither above nor below; the non_finite rule speaks for it
+        self.value = value
+        spec = self.spec
+        hit = False
+        if spec.above is not None:
+            level = (
+                spec.resolve_below if self.active and spec.resolve_below is not None else spec.above
+            )
+            hit = value >= level if self.active else value > level
+        if not hit and spec.below is not None:
+            level = (
+                spec.resolve_above if self.active and spec.resolve_above is not None else spec.below
+            )
+            hit = value <= level if self.active else value < level
+        self.active = hit
+        if not hit:
+            return QUIET
+        if (spec.critical_above is not None and value > spec.critical_above) or (
+            spec.critical_below is not None and value < spec.critical_below
+        ):
+            return CRITICAL
+        return ACTIVE
+
+    def evidence(self) -> str:
+        spec, value = self.spec, self.value
+        if spec.above is not None and (spec.below is None or value > spec.below):
+            limit = f"threshold {fmt(spec.above)}"
+            if spec.resolve_below is not None:
+                limit += f", resolves under {fmt(spec.resolve_below)}"
+        elif spec.below is not None:
+            limit = f"floor {fmt(spec.below)}"
+            if spec.resolve_above is not None:
+                limit += f", resolves over {fmt(spec.resolve_above)}"
+        else:
+            limit = ""
+        return f"is {fmt(value)} ({limit})" if limit else f"is {fmt(value)}"

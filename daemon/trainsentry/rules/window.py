@@ -1,0 +1,263 @@
+"""Layer 2, window conditions: a series judged against its own recent past.
+
+A loss is noisy per batch and its healthy scale differs per model, so these
+conditions compare a run with itself: window means rather than single points
+(plateau), a smoothed level against its own best (rise), a baseline of median
+and MAD learned from the run's own early history (baseline) — "define normal
+before alerting" — and one series against another of the same run (pair).
+Every update is amortised O(1): deques with running sums, and sorting only
+once per baseline refresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from trainsentry.rules.condition import RunView, SpanWindow, fmt, median
+from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise
+
+
+class PlateauCondition:
+    """No real improvement over a window.
+
+    `mean`: the mean of the last window against the mean of the window before
+    it — robust to per-batch noise, for training loss. `best`: the best value
+    has not improved by the margin for a window — Keras EarlyStopping's rule,
+    for evaluations that come a few at a time.
+    """
+
+    __slots__ = ("best", "best_at", "best_step", "count", "gain", "older", "recent", "spec")
+
+    def __init__(self, spec: Plateau) -> None:
+        self.spec = spec
+        self.recent = SpanWindow(spec.window)
+        self.older = SpanWindow(spec.window)
+        self.count = 0
+        self.best = math.nan
+        self.best_at = 0.0
+        self.best_step = 0
+        self.gain = math.nan
+
+    def _needed(self, reference: float) -> float:
+        return max(self.spec.min_delta, self.spec.min_improvement * abs(reference))
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if not math.isfinite(value):
+            return None
+        self.count += 1
+        sign = 1.0 if self.spec.goal == "min" else -1.0
+        position = self.recent.position(step, wall_time, self.count)
+        if self.spec.method == "best":
+            if math.isnan(self.best) or sign * (self.best - value) > self._needed(self.best):
+                self.best, self.best_at, self.best_step = value, position, step
+                return QUIET
+            stuck = position - self.best_at >= self.spec.window.amount
+            return ACTIVE if stuck else QUIET
+        for old in self.recent.push(position, value):
+            self.older.push(*old)
+        first = self.recent.first_position
+        if self.spec.window.unit == "points":
+            full = len(self.older.items) >= self.spec.window.amount
+        else:
+            full = first is not None and position - first >= 2 * self.spec.window.amount
+        if not full or not self.older.items:
+            return None
+        before, now = self.older.mean(), self.recent.mean()
+        self.gain = sign * (before - now)
+        return ACTIVE if self.gain <= 0 or self.gain < self._needed(before) else QUIET
+
+    def evidence(self) -> str:
+        spec = self.spec
+        needs = []
+        if spec.min_improvement:
+            needs.append(f"{spec.min_improvement:.3g} relative")
+        if spec.min_delta:
+            needs.append(f"{fmt(spec.min_delta)} absolute")
+        need = f" (needs {' or '.join(needs)})" if needs else ""
+        if spec.method == "best":
+            best = f"{fmt(self.best)} (step {self.best_step})"
+            return f"has not improved on its best {best} for {spec.window}{need}"
+        before = self.older.mean()
+        rel = self.gain / abs(before) if before else math.nan
+        return (
+            f"improved {rel:.2%} over the last {spec.window} "
+            f"(mean {fmt(self.recent.mean())} vs {fmt(before)} before){need}"
+        )
+
+
+class RiseCondition:
+    """A smoothed series well above its own smoothed best: sustained divergence, not a spike."""
+
+    __slots__ = ("alpha", "best", "best_step", "count", "ewma", "spec")
+
+    def __init__(self, spec: Rise) -> None:
+        self.spec = spec
+        self.alpha = 2.0 / (spec.smoothing + 1.0)
+        self.ewma = math.nan
+        self.best = math.nan
+        self.best_step = 0
+        self.count = 0
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            value = math.copysign(1e300, value)  # an infinite loss diverged; keep the sums finite
+        self.count += 1
+        self.ewma = value if math.isnan(self.ewma) else self.ewma + self.alpha * (value - self.ewma)
+        if self.count <= self.spec.skip + self.spec.smoothing // 2:
+            return None
+        if math.isnan(self.best) or self.ewma < self.best:
+            self.best, self.best_step = self.ewma, step
+            return QUIET
+        rise = self.ewma - self.best
+        hit = rise > (self.spec.factor - 1.0) * abs(self.best) and rise > self.spec.min_delta
+        return ACTIVE if hit else QUIET
+
+    def evidence(self) -> str:
+        ratio = self.ewma / self.best if self.best > 0 else math.nan
+        times = f"×{ratio:.3g} " if math.isfinite(ratio) else ""
+        return (
+            f"smoothed level {fmt(self.ewma)} is {times}its best {fmt(self.best)} "
+            f"(step {self.best_step}; EWMA over {self.spec.smoothing} points)"
+        )
+
+
+class BaselineCondition:
+    """Robust z-score (median/MAD) and ratio against the run's own early history.
+
+    The baseline is learned once from the first `learn` points after `skip`
+    (initial transients), or, with `rolling`, refreshed from the last `learn`
+    points every learn/8 points. MAD has a floor of 0.1 % of the median so a
+    flat baseline does not turn every wiggle into a huge z.
+    """
+
+    __slots__ = ("count", "mad", "med", "ring", "since_refresh", "spec", "value", "z")
+
+    def __init__(self, spec: Baseline) -> None:
+        self.spec = spec
+        self.count = 0
+        self.ring: deque[float] = deque(maxlen=max(int(spec.learn.amount), 3))
+        self.med = math.nan
+        self.mad = math.nan
+        self.since_refresh = 0
+        self.value = math.nan
+        self.z = math.nan
+
+    def _skipping(self, step: int) -> bool:
+        skip = self.spec.skip
+        return step < skip.amount if skip.unit == "steps" else self.count <= skip.amount
+
+    def _learn(self) -> None:
+        values = list(self.ring)
+        self.med = median(values)
+        self.mad = median([abs(v - self.med) for v in values])
+        self.since_refresh = 0
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if math.isnan(value):
+            return None
+        self.count += 1
+        if self._skipping(step):
+            return None
+        learned = not math.isnan(self.med)
+        if math.isfinite(value) and (not learned or self.spec.rolling):
+            self.ring.append(value)
+            self.since_refresh += 1
+            full = len(self.ring) == self.ring.maxlen
+            if full and (not learned or self.since_refresh >= max(1, len(self.ring) // 8)):
+                self._learn()
+        if math.isnan(self.med):
+            return None
+        return ACTIVE if self._judge(value) else QUIET
+
+    def _judge(self, value: float) -> bool:
+        spec, med = self.spec, self.med
+        self.value = value
+        scale = max(1.4826 * self.mad, 1e-3 * abs(med), 1e-12)
+        self.z = (value - med) / scale
+        ratio = value / med if med > 0 else math.nan
+        checks = (
+            (spec.z_above, self.z > (spec.z_above or 0)),
+            (spec.z_below, self.z < (spec.z_below or 0)),
+            (spec.ratio_above, ratio > (spec.ratio_above or 0)),
+            (spec.ratio_below, ratio < (spec.ratio_below or 0)),
+            (spec.value_above, value > (spec.value_above or 0)),
+            (spec.value_below, value < (spec.value_below or 0)),
+        )
+        return all(hit for limit, hit in checks if limit is not None)
+
+    def evidence(self) -> str:
+        kind = "rolling" if self.spec.rolling else "learned"
+        ratio = f", ×{self.value / self.med:.3g} the median" if self.med > 0 else ""
+        return (
+            f"is {fmt(self.value)}: robust z {self.z:.3g} against the run's {kind} baseline "
+            f"(median {fmt(self.med)}, MAD {fmt(self.mad)} over {len(self.ring)} points{ratio})"
+        )
+
+
+class PairCondition:
+    """Two series of one run judged together: validation against training.
+
+    Overfitting is not visible in either loss alone: it is validation loss rising
+    while training loss keeps falling, or a training loss near zero with a
+    validation loss many times larger. The rule reads this series (usually
+    `val_loss`) and looks up the other one's smoothed level in the same run.
+    All configured tests must hold (AND); write two rules for OR.
+    """
+
+    __slots__ = ("best", "best_step", "other", "other_at_best", "spec", "value")
+
+    def __init__(self, spec: Pair) -> None:
+        self.spec = spec
+        self.value = math.nan
+        self.other = math.nan
+        self.best = math.nan
+        self.best_step = 0
+        self.other_at_best = math.nan
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if not math.isfinite(value):
+            return None
+        series = run.other(self.spec.other)
+        if series is None or math.isnan(series.value):
+            return None
+        other = series.ewma.get(self.spec.other_smoothing, series.value)
+        self.value, self.other = value, other
+        spec = self.spec
+        if math.isnan(self.best) or value < self.best:
+            self.best, self.best_step, self.other_at_best = value, step, other
+        checks = [
+            (spec.ratio_above, other > 0 and value / other > (spec.ratio_above or 0)),
+            (spec.gap_above, value - other > (spec.gap_above or 0)),
+            (spec.other_below, other < (spec.other_below or 0)),
+            (spec.other_above, other > (spec.other_above or 0)),
+            (
+                spec.rise_from_best,
+                value - self.best > (spec.rise_from_best or 0) * abs(self.best)
+                and value > self.best,
+            ),
+            (
+                spec.other_fall_since_best,
+                self.other_at_best - other
+                > (spec.other_fall_since_best or 0) * abs(self.other_at_best)
+                and other < self.other_at_best,
+            ),
+        ]
+        return ACTIVE if all(hit for limit, hit in checks if limit is not None) else QUIET
+
+    def evidence(self) -> str:
+        spec, name = self.spec, self.spec.other
+        parts = [f"is {fmt(self.value)} while {name} is {fmt(self.other)}"]
+        if spec.ratio_above is not None and self.other > 0:
+            parts.append(f"×{self.value / self.other:.3g} {name} (limit ×{fmt(spec.ratio_above)})")
+        if spec.gap_above is not None:
+            parts.append(f"gap {fmt(self.value - self.other)} (limit {fmt(spec.gap_above)})")
+        if spec.rise_from_best is not None and self.best:
+            rise = (self.value - self.best) / abs(self.best)
+            parts.append(f"up {rise:.1%} from its best {fmt(self.best)} at step {self.best_step}")
+        if spec.other_fall_since_best is not None and self.other_at_best:
+            fall = (self.other_at_best - self.other) / abs(self.other_at_best)
+            parts.append(f"{name} down {fall:.1%} since then")
+        return "; ".join(parts)

@@ -1,0 +1,1 @@
+"""Where alert transitions go: the terminal, a JSON-lines file (later apprise, Alertmanager)."""

@@ -1,0 +1,308 @@
+"""Every condition kind, through the engine, on series written in the compact notation."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_rules_notation import evaluate, points, timeline
+
+from trainsentry.rules.condition import SpanWindow
+from trainsentry.rules.model import Growth, Span
+from trainsentry.rules.pattern import GrowthCondition
+
+# --- layer 1 ---
+
+
+def test_non_finite_fires_on_nan_and_resolves_when_values_are_finite_again() -> None:
+    rules = """
+    - name: nf
+      metric: loss
+      severity: critical
+      non_finite: {}
+    """
+    got = evaluate(rules, points("1 2 nan inf 3"))
+    assert timeline(got) == [("firing", "critical", 2), ("resolved", "critical", 4)]
+    assert got[0].message.startswith("loss is nan")
+
+
+def test_threshold_with_hysteresis_resolves_only_under_the_resolve_level() -> None:
+    rules = """
+    - name: hot
+      metric: loss
+      threshold: {above: 10, resolve_below: 5}
+    """
+    got = evaluate(rules, points("1 11 9 6 5 4 12"))
+    assert timeline(got) == [
+        ("firing", "warning", 1),
+        ("resolved", "warning", 5),
+        ("firing", "warning", 6),
+    ]
+
+
+def test_threshold_below_and_its_critical_level_escalate_one_alert() -> None:
+    rules = """
+    - name: cold
+      metric: loss
+      threshold: {below: 1, critical_below: 0.1}
+    """
+    got = evaluate(rules, points("2 0.5 0.05 2"))
+    assert timeline(got) == [
+        ("firing", "warning", 1),
+        ("firing", "critical", 2),
+        ("resolved", "critical", 3),
+    ]
+    assert got[1].escalated_from == "warning"
+
+
+def test_threshold_ignores_nan_instead_of_resolving_on_it() -> None:
+    got = evaluate("- {name: t, metric: loss, threshold: {above: 1}}", points("5 nan 5 0"))
+    assert timeline(got) == [("firing", "warning", 0), ("resolved", "warning", 3)]
+
+
+# --- layer 2: windows ---
+
+
+def test_plateau_by_window_means_fires_when_the_loss_stops_improving() -> None:
+    rules = """
+    - name: flat
+      metric: loss
+      plateau: {window: 10 steps, min_improvement: 0.01}
+    """
+    # falls 1 % per step for 30 steps, then stays flat
+    falling = " ".join(f"{100 * 0.99**i:.6f}" for i in range(30))
+    got = evaluate(rules, points(falling + " 74x30"))
+    first = timeline(got)[0]
+    assert first[0] == "firing" and 40 <= first[2] <= 50
+    assert "improved" in got[0].message and "over the last 10 steps" in got[0].message
+
+
+def test_plateau_stays_quiet_while_a_noisy_loss_keeps_falling() -> None:
+    rng = random.Random(3)
+    noisy = " ".join(f"{5 * math.exp(-i / 200) + rng.gauss(0, 0.1):.5f}" for i in range(400))
+    rules = "- {name: flat, metric: loss, plateau: {window: 50 steps, min_improvement: 0.01}}"
+    assert evaluate(rules, points(noisy)) == []
+
+
+def test_plateau_best_is_early_stopping_over_evaluations() -> None:
+    rules = """
+    - name: stagnant
+      metric: val_loss
+      plateau: {window: 3 points, min_delta: 0.001, method: best}
+    """
+    got = evaluate(rules, points("1 0.9 0.8 0.7995 0.7999 0.8 0.7 ", tag="val_loss", every=100))
+    assert timeline(got) == [("firing", "warning", 500), ("resolved", "warning", 600)]
+    assert "best 0.8 (step 200)" in got[0].message
+
+
+def test_rise_fires_when_the_smoothed_level_triples_its_best() -> None:
+    rules = "- {name: up, metric: loss, severity: critical, rise: {factor: 3, smoothing: 3}}"
+    got = evaluate(rules, points("2x10 1x10 2+1x10"))
+    assert timeline(got)[0][:2] == ("firing", "critical")
+    assert "its best 1" in got[0].message
+
+
+def test_rise_ignores_a_single_spike() -> None:
+    rules = "- {name: up, metric: loss, rise: {factor: 3, smoothing: 10}}"
+    assert evaluate(rules, points("1x20 9 1x20")) == []
+
+
+def test_pair_flags_validation_rising_while_training_falls() -> None:
+    rules = """
+    - name: overfit
+      metric: val_loss
+      pair: {other: loss, rise_from_best: 0.05, other_fall_since_best: 0.05, other_smoothing: 1}
+    """
+    train = points("1-0.05x10", tag="loss", every=10)
+    val = points("1 0.9 0.8 0.82 0.86 0.9", tag="val_loss", every=20, start=5)
+    got = evaluate(rules, train, val)
+    assert timeline(got) == [("firing", "warning", 85)]
+    assert "up 7.5% from its best 0.8" in got[0].message and "loss down" in got[0].message
+
+
+def test_pair_ratio_with_an_extra_condition_on_the_other_series() -> None:
+    rules = """
+    - name: memorise
+      metric: val_loss
+      severity: critical
+      pair: {other: loss, ratio_above: 5, other_below: 0.1, other_smoothing: 1}
+    """
+    train = points("1 0.5 0.2 0.05 0.05", tag="loss", every=10)
+    val = points("1 1 1 1 0.2", tag="val_loss", every=10, start=1)
+    assert timeline(evaluate(rules, train, val)) == [
+        ("firing", "critical", 31),
+        ("resolved", "critical", 41),
+    ]
+
+
+def test_pair_waits_for_the_other_series() -> None:
+    rules = "- {name: p, metric: val_loss, pair: {other: loss, ratio_above: 2}}"
+    assert evaluate(rules, points("5 5 5", tag="val_loss")) == []
+
+
+def test_baseline_z_score_against_the_runs_own_early_history() -> None:
+    rules = """
+    - name: far
+      metric: grad_norm
+      severity: critical
+      baseline: {learn: 20 points, skip: 2 points, z_above: 10, value_above: 5}
+    """
+    rng = random.Random(1)
+    normal = " ".join(f"{1 + rng.gauss(0, 0.05):.4f}" for _ in range(30))
+    got = evaluate(rules, points(f"50 40 {normal} 3 8 1", tag="grad_norm"))
+    # 3 is far above the baseline but under the absolute ceiling; 8 is both
+    assert timeline(got) == [("firing", "critical", 33), ("resolved", "critical", 34)]
+    assert "median 1" in got[0].message and "robust z" in got[0].message
+
+
+def test_baseline_ratio_below_catches_a_collapse_to_a_fraction_of_normal() -> None:
+    rules = "- {name: low, metric: g, baseline: {learn: 5 points, ratio_below: 0.01}}"
+    got = evaluate(rules, points("1x5 0.5 0.001 1", tag="g"))
+    assert timeline(got) == [("firing", "warning", 7), ("resolved", "warning", 8)]
+
+
+def test_throughput_from_the_clock_fires_on_a_lasting_slowdown_not_on_one_pause() -> None:
+    rules = """
+    - name: slow
+      metric: loss
+      throughput: {slowdown: 3, learn: 10, skip: 0, recent: 3}
+    """
+    fast = points("1x20", seconds_per_step=1.0)
+    pause = [p._replace(wall_time=p.wall_time + 100) for p in points("1x5", start=21)]
+    assert evaluate(rules, fast + pause) == []
+    slow = [
+        p._replace(wall_time=fast[-1].wall_time + 5 * (p.step - 20))
+        for p in points("1x10", start=21)
+    ]
+    got = evaluate(rules, fast + slow)
+    assert timeline(got) == [("firing", "warning", 22)]  # 2 of the last 3 intervals are slow
+    assert "×5 the run's baseline 1s/step" in got[0].message
+
+
+def test_throughput_from_a_step_time_metric() -> None:
+    rules = """
+    - name: s
+      metric: step_time
+      throughput: {slowdown: 2, source: step_time, learn: 5, skip: 0, recent: 1}
+    """
+    got = evaluate(rules, points("0.1x5 0.1 0.5 0.1", tag="step_time"))
+    assert timeline(got) == [("firing", "warning", 7), ("resolved", "warning", 8)]
+
+
+def test_no_data_fires_at_the_deadline_and_resolves_when_data_resumes() -> None:
+    rules = "- {name: stalled, no_data: {factor: 10, min_silence: 60s}}"
+    before = points("1x20", seconds_per_step=10.0)  # steps 0..20, 10 s apart: waits 100 s
+    after = points("1", start=40, seconds_per_step=10.0)
+    got = evaluate(rules, before, after)
+    assert [(t.state, t.step, t.wall_time - before[-1].wall_time) for t in got] == [
+        ("firing", 20, 100.0),
+        ("resolved", 40, 200.0),
+    ]
+    assert got[0].metric == "*" and "no new data for 100s after step 20" in got[0].message
+    assert got[1].reason == "data resumed"
+
+
+def test_no_data_never_waits_less_than_the_writers_flush_buffer() -> None:
+    # a fast job (0.1 s per step) whose writer flushed after 120 s: not a stall
+    rules = "- {name: stalled, no_data: {}}"
+    fast = points("1x100", seconds_per_step=0.1)
+    late = points("1", start=1300, seconds_per_step=0.1)
+    assert evaluate(rules, fast, late) == []
+
+
+# --- layer 3: patterns ---
+
+
+def test_growth_projects_the_step_at_which_the_threshold_will_be_crossed() -> None:
+    rules = """
+    - name: boom
+      metric: grad_norm
+      growth:
+        {window: 10 points, min_growth: 4, min_r2: 0.9, threshold: 1000, critical_within: 30 steps}
+    """
+    got = evaluate(rules, points("1x20 1*1.5x20", tag="grad_norm", every=5))
+    assert [t.severity for t in got] == ["warning", "critical"]
+    warn, crit = got
+    # ×1.5 per 5 steps: 1000 is passed at 1.5^k ≥ 1000 → k = 18, i.e. step 100 + 90
+    assert warn.state == "firing" and "R² 0.9" in warn.message
+    assert "projected to pass 1000 in ~" in warn.message
+    ahead = float(crit.message.split("in ~")[1].split()[0])
+    assert abs(crit.step + ahead - 190) <= 1 and ahead <= 30
+
+
+def test_growth_ignores_noise_and_slow_drift() -> None:
+    rng = random.Random(5)
+    noisy = " ".join(f"{abs(1 + 0.002 * i + rng.gauss(0, 0.3)):.4f}" for i in range(300))
+    rules = "- {name: boom, metric: g, growth: {window: 30 points, min_growth: 4}}"
+    assert evaluate(rules, points(noisy, tag="g")) == []
+
+
+def test_spike_sigma_fires_on_the_spike_and_resolves_after() -> None:
+    rng = random.Random(2)
+    noisy = " ".join(f"{2 + rng.gauss(0, 0.05):.4f}" for _ in range(40))
+    rules = "- {name: sp, metric: loss, spike: {window: 30, k: 6, warmup: 10}}"
+    got = evaluate(rules, points(f"{noisy} 9 2 2"))
+    assert timeline(got) == [("firing", "warning", 40), ("resolved", "warning", 41)]
+    assert "jumped to 9" in got[0].message
+
+
+def test_spike_on_a_flat_series_needs_the_minimum_ratio() -> None:
+    rules = "- {name: sp, metric: loss, spike: {window: 10, k: 3, warmup: 5, min_ratio: 1.5}}"
+    assert evaluate(rules, points("1x20 1.2 1x5")) == []
+
+
+def test_spike_ewma_compares_fast_and_slow_averages() -> None:
+    rules = (
+        "- {name: sp, metric: loss, spike: {method: ewma, fast: 2, slow: 50, ratio: 2, warmup: 10}}"
+    )
+    got = evaluate(rules, points("1x30 5 5 1x20"))
+    assert timeline(got)[0] == ("firing", "warning", 31)
+
+
+def test_repeated_spikes_within_the_window_escalate_to_critical() -> None:
+    rules = """
+    - name: sp
+      metric: loss
+      spike: {window: 20, k: 5, warmup: 10, repeat: {count: 3, within: 100 steps}}
+      keep_firing_for: 50 steps
+    """
+    base = "1 1.1 " * 10
+    got = evaluate(rules, points(f"{base} 5 {base} 5 {base} 5 {base}"))
+    assert timeline(got) == [("firing", "warning", 20), ("firing", "critical", 62)]
+    assert "3 spikes within 100 steps" in got[1].message
+
+
+# --- the incremental machinery agrees with a recomputation ---
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=200), st.integers(1, 20))
+def test_span_window_sums_match_the_window_recomputed(xs: list[float], n: int) -> None:
+    window = SpanWindow(Span(n, "points"))
+    for i, x in enumerate(xs):
+        window.push(i, x)
+    kept = xs[-n:]
+    assert math.isclose(window.sum, math.fsum(kept), abs_tol=1e-6)
+    assert math.isclose(window.mean(), sum(kept) / len(kept), rel_tol=1e-9, abs_tol=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.floats(0.01, 100), min_size=12, max_size=80),
+    st.integers(5_000_000, 9_000_000),
+)
+def test_growth_fit_matches_a_batch_least_squares_even_at_large_steps(
+    ys: list[float], origin: int
+) -> None:
+    cond = GrowthCondition(Growth(window=Span(10, "points"), min_points=3))
+    for i, y in enumerate(ys):
+        cond.update(origin + 7 * i, 0.0, y, None)  # type: ignore[arg-type]
+    xs = [origin + 7 * i for i in range(len(ys))][-10:]
+    ls = [math.log(y) for y in ys][-10:]
+    mx, my = sum(xs) / 10, sum(ls) / 10
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ls, strict=True)) / sxx
+    assert cond.fit is not None
+    assert math.isclose(cond.fit[0], slope, rel_tol=1e-6, abs_tol=1e-9)

@@ -1,0 +1,272 @@
+"""The engine: aliases, one alert per series, inhibition, ending runs, live ticks = replay."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from test_rules_notation import WALL0, evaluate, merge, points, ruleset, timeline
+
+from trainsentry.point import Point
+from trainsentry.replay import replay
+from trainsentry.rules.aliases import Aliases
+from trainsentry.rules.engine import Engine
+
+ALERT_KEYS = {"run", "rule", "severity", "state", "step", "wall_time", "metric", "value", "message"}
+
+
+def test_common_writers_tags_resolve_to_canonical_names() -> None:
+    aliases = Aliases()
+    expected = {
+        "train/loss": "loss",  # HF Trainer
+        "train_loss": "loss",  # Lightning
+        "train/epoch_loss": "loss",  # Keras
+        "Loss/train": "loss",  # tutorial
+        "eval/loss": "val_loss",
+        "validation/epoch_loss": "val_loss",
+        "Loss/val": "val_loss",
+        "train/grad_norm": "grad_norm",
+        "Gradient/Norm": "grad_norm",
+        "train/learning_rate": "lr",
+        "lr-Adam/pg1": "lr",  # Lightning LearningRateMonitor
+        "probe/grad_norm/fc1.weight": "grad_norm/fc1.weight",
+        "something/else": "something/else",
+    }
+    assert {tag: aliases.resolve(tag) for tag in expected} == expected
+
+
+def test_user_aliases_extend_and_override_the_shipped_table() -> None:
+    rules = ruleset(
+        "- {name: nf, metric: loss, non_finite: {}}",
+        "loss: [my/objective, 'custom/*']",
+    )
+    got = evaluate(rules, points("nan", tag="my/objective"), points("nan", tag="custom/x"))
+    assert {t.metric for t in got} == {"my/objective", "custom/x"}
+    assert {t.canonical for t in got} == {"loss"}
+
+
+def test_a_pattern_rule_yields_one_alert_per_matching_series() -> None:
+    rules = "- {name: dead, metric: 'grad_norm/*', threshold: {below: 1.0e-6}}"
+    got = evaluate(
+        rules,
+        points("1 1e-9 1e-9", tag="probe/grad_norm/fc1"),
+        points("1 1 1e-9", tag="probe/grad_norm/fc2"),
+        points("1e-9", tag="probe/grad_norm_total"),  # not a layer: `grad_norm_total`
+    )
+    assert [(t.metric, t.canonical, t.step) for t in got] == [
+        ("probe/grad_norm/fc1", "grad_norm/fc1", 1),
+        ("probe/grad_norm/fc2", "grad_norm/fc2", 2),
+    ]
+
+
+def test_a_tag_selector_matches_raw_tags() -> None:
+    rules = "- {name: nf, tag: 'train/*', non_finite: {}}"
+    got = evaluate(rules, points("nan", tag="train/acc"), points("nan", tag="eval/acc"))
+    assert [t.metric for t in got] == ["train/acc"]
+
+
+def test_runs_are_evaluated_independently() -> None:
+    rules = "- {name: hot, metric: loss, threshold: {above: 5}}"
+    got = evaluate(rules, points("1 9", run="a"), points("9 1", run="b"))
+    assert sorted((t.run, t.state, t.step) for t in got) == [
+        ("a", "firing", 1),
+        ("b", "firing", 0),
+        ("b", "resolved", 1),
+    ]
+
+
+def test_a_critical_inhibits_the_warning_of_its_family_and_run() -> None:
+    rules = """
+    - {name: warm, metric: loss, family: loss, threshold: {above: 5}}
+    - {name: hot, metric: loss, family: loss, severity: critical, threshold: {above: 10}}
+    - {name: other, metric: loss, threshold: {above: 5}}
+    """
+    got = evaluate(rules, points("1 6 11 12 6 1"))
+    assert [(t.rule, t.state, t.step, t.reason) for t in got] == [
+        ("warm", "firing", 1, None),
+        ("other", "firing", 1, None),
+        ("hot", "firing", 2, None),
+        ("warm", "resolved", 2, "inhibited by hot"),
+        ("hot", "resolved", 4, "recovered"),
+        ("warm", "firing", 4, None),  # still above 5 when the critical clears
+        ("warm", "resolved", 5, "recovered"),
+        ("other", "resolved", 5, "recovered"),
+    ]
+
+
+def test_an_inhibited_warning_that_clears_meanwhile_says_nothing_more() -> None:
+    rules = """
+    - {name: warm, metric: loss, family: f, threshold: {above: 5}}
+    - {name: hot, metric: val_loss, family: f, severity: critical, threshold: {above: 10}}
+    """
+    got = evaluate(rules, merge(points("6 6 1 1", tag="loss"), points("1 11 11 1", tag="val_loss")))
+    assert [(t.rule, t.state, t.step) for t in got] == [
+        ("warm", "firing", 0),
+        ("hot", "firing", 1),
+        ("warm", "resolved", 1),
+        ("hot", "resolved", 3),
+    ]
+
+
+def test_finish_resolves_what_is_firing_with_reason_run_finished() -> None:
+    rules = "- {name: hot, metric: loss, threshold: {above: 5}}"
+    got = evaluate(rules, points("1 9 9"), finish=True)
+    assert [(t.state, t.step, t.reason) for t in got] == [
+        ("firing", 1, None),
+        ("resolved", 2, "run finished"),
+    ]
+    assert got[1].message == "resolved (run finished): loss = 9 at step 2"
+
+
+def test_a_run_that_resumes_from_a_checkpoint_restarts_its_windows() -> None:
+    rules = "- {name: flat, metric: loss, plateau: {window: 5 steps, min_improvement: 0.01}}"
+    first = points("10-1x9")  # steps 0..9, improving
+    resumed = points("3-0.2x9", start=5)  # back to step 5, improving again
+    assert evaluate(rules, first + resumed) == []
+
+
+def test_min_step_keeps_early_points_out_of_a_rule() -> None:
+    rules = "- {name: cold, metric: lr, min_step: 3, threshold: {below: 1.0e-9}}"
+    assert timeline(evaluate(rules, points("0 0 0 1 0", tag="lr"))) == [("firing", "warning", 4)]
+
+
+def test_transition_json_carries_the_design_keys_and_the_evidence() -> None:
+    rules = """
+    - name: hot
+      metric: loss
+      severity: critical
+      threshold: {above: 5}
+      labels: {team: nlp}
+      runbook: lower the LR
+    """
+    (t,) = evaluate(rules, points("1 9", tag="train/loss", run="exp1/seed0"))
+    line = json.loads(json.dumps(t.as_dict()))
+    assert line.keys() >= ALERT_KEYS
+    assert line["run"] == "exp1/seed0" and line["metric"] == "train/loss"
+    assert line["labels"] == {"team": "nlp"} and line["runbook"] == "lower the LR"
+    assert line["message"] == "loss is 9 (threshold 5) (step 1)"
+
+
+def test_non_finite_values_are_valid_json() -> None:
+    (t,) = evaluate("- {name: nf, metric: loss, non_finite: {}}", points("inf"))
+    assert json.loads(json.dumps(t.as_dict(), allow_nan=False))["value"] == "inf"
+
+
+def test_message_templates_fill_in_fields_and_survive_a_bad_format() -> None:
+    rules = """
+    - name: a
+      metric: loss
+      threshold: {above: 5}
+      message: "{run}: {canonical}={value:.1f} ({evidence})"
+    - {name: b, metric: loss, threshold: {above: 5}, message: "{value:d}"}
+    """
+    a, b = evaluate(rules, points("1 9.25"))
+    assert a.message == "r: loss=9.2 (is 9.25 (threshold 5))"
+    assert "message template of b failed" in b.message and "loss is 9.25" in b.message
+
+
+def test_live_ticks_fire_no_data_exactly_as_a_replay_of_the_same_points() -> None:
+    rules = ruleset("- {name: stalled, no_data: {factor: 10, min_silence: 60s}}")
+    before = points("1x20", seconds_per_step=10.0)
+    after = points("1", start=40, seconds_per_step=10.0)
+    replayed = Engine(rules).feed_all(before + after)
+
+    live = Engine(rules)
+    got = live.feed_all(before)
+    now = before[-1].wall_time
+    while now < after[0].wall_time:  # the runtime's timer, every 7 s
+        now += 7.0
+        if now < after[0].wall_time:
+            got += live.tick(now)
+    got += live.feed_all(after)
+    assert [t.as_dict() for t in got] == [t.as_dict() for t in replayed]
+    assert [t.state for t in got] == ["firing", "resolved"]
+
+
+def test_silence_resolves_the_runs_other_alerts_with_data_stopped() -> None:
+    rules = ruleset(
+        """
+        - {name: stalled, no_data: {min_silence: 60s}}
+        - {name: hot, metric: loss, threshold: {above: 5}}
+        """
+    )
+    engine = Engine(rules)
+    got = engine.feed_all(points("1 9"))
+    got += engine.tick(WALL0 + 1000)
+    assert [(t.rule, t.state, t.reason) for t in got] == [
+        ("hot", "firing", None),
+        ("stalled", "firing", None),
+        ("hot", "resolved", "data stopped"),
+    ]
+
+
+def test_tick_without_silence_changes_nothing_and_finished_runs_are_forgotten() -> None:
+    rules = ruleset("- {name: stalled, no_data: {min_silence: 60s}}")
+    engine = Engine(rules)
+    engine.feed_all(points("1 1"))
+    assert engine.tick(WALL0 + 30) == []
+    assert engine.finish("r") == [] and engine.finish("r") == []
+    assert engine.tick(WALL0 + 10_000) == []
+
+
+def test_firing_lists_what_is_shown_now() -> None:
+    engine = Engine(ruleset("- {name: hot, metric: loss, threshold: {above: 5}}"))
+    engine.feed_all(points("9", run="a") + points("1", run="b"))
+    assert [(t.run, t.rule, t.state) for t in engine.firing()] == [("a", "hot", "firing")]
+
+
+def test_replay_prints_json_lines_and_a_text_timeline() -> None:
+    rules = ruleset("- {name: hot, metric: loss, threshold: {above: 5}, runbook: cool it}")
+    pts = points("1 9 1", tag="train/loss")
+    out = io.StringIO()
+    assert replay(pts, rules, out=out, fmt="jsonl") == 2
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [(x["state"], x["step"]) for x in lines] == [("firing", 1), ("resolved", 2)]
+    text = io.StringIO()
+    replay(pts, rules, out=text, fmt="text")
+    body = text.getvalue()
+    assert "FIRING" in body and "RESOLVED" in body and "runbook: cool it" in body
+    assert body.rstrip().endswith("1 firing transitions in 1 run(s)")
+
+
+def test_replay_interleaves_files_of_one_run_by_wall_time() -> None:
+    # Keras writes train/ and validation/ to separate files, read one after the other
+    rules = ruleset(
+        "- {name: gap, metric: val_loss, pair: {other: loss, gap_above: 0.5, other_smoothing: 1}}"
+    )
+    train = points("1 0.2 0.2 0.2", tag="train/epoch_loss")
+    val = points("1 1 1 1", tag="validation/epoch_loss")
+    out = io.StringIO()
+    replay(train + val, rules, out=out, fmt="jsonl")
+    first = json.loads(out.getvalue().splitlines()[0])
+    assert first["step"] == 1  # in file order it would have seen train's last value first
+    assert replay([Point("r", "loss", 0, 0.0, 1.0)], rules, out=io.StringIO(), fmt="jsonl") == 0
+
+
+def test_reload_keeps_unchanged_rules_state_and_resolves_removed_ones() -> None:
+    both = ruleset(
+        """
+        - {name: hot, metric: loss, threshold: {above: 5}}
+        - {name: flat, metric: loss, plateau: {window: 3 points, min_delta: 0.1, method: best}}
+        """
+    )
+    engine = Engine(both)
+    assert [t.rule for t in engine.feed_all(points("9 9"))] == ["hot"]
+    changed = ruleset(
+        """
+        - {name: hot, metric: loss, threshold: {above: 5}}
+        - {name: nf, metric: loss, non_finite: {}}
+        """
+    )
+    assert engine.reload(changed) == []  # `hot` kept firing, silently
+    got = engine.feed_all(points("nan 1", start=2))
+    assert [(t.rule, t.state, t.step) for t in got] == [
+        ("nf", "firing", 2),
+        ("hot", "resolved", 3),
+        ("nf", "resolved", 3),
+    ]
+    gone = engine.reload(ruleset("- {name: nf, metric: loss, non_finite: {}}"))
+    assert gone == []
+    engine.feed_all(points("nan", start=4))
+    (t,) = engine.reload(ruleset("- {name: nf, metric: loss, severity: critical, non_finite: {}}"))
+    assert (t.rule, t.state, t.reason) == ("nf", "resolved", "rule changed")

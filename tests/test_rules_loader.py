@@ -1,0 +1,212 @@
+"""Rule files: every error at once, at file:line:col, with did-you-mean; the YAML traps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainsentry.rules.check import check_paths
+from trainsentry.rules.loader import RuleFileError, load_rules, parse_text
+from trainsentry.rules.model import Growth, NoData, Span, Threshold
+
+
+def errors_of(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    return [e.replace(str(path), "rules.yaml") for e in check_paths([str(path)])]
+
+
+def test_a_valid_file_loads_into_frozen_dataclasses() -> None:
+    parsed = parse_text(
+        """
+rules:
+  - name: boom
+    metric: grad_norm
+    severity: critical
+    for: 20 steps
+    keep_firing_for: 5m
+    labels: {team: nlp}
+    growth: {window: 40 points, threshold: 1e3, critical_within: 50}
+"""
+    )
+    (rule,) = parsed.rules
+    assert rule.metrics == ("grad_norm",) and rule.severity == "critical"
+    assert rule.for_ == Span(20, "steps") and rule.keep_firing_for == Span(300, "seconds")
+    assert rule.labels == (("team", "nlp"),)
+    assert rule.condition == Growth(
+        window=Span(40, "points"), threshold=1000.0, critical_within=50.0
+    )
+
+
+def test_unknown_keys_are_rejected_with_did_you_mean(tmp_path: Path) -> None:
+    errs = errors_of(
+        tmp_path,
+        """rules:
+  - name: a
+    metric: loss
+    keep_firng_for: 10 steps
+    plateau: {window: 10 points, min_improvment: 0.1}
+""",
+    )
+    assert errs == [
+        "rules.yaml:4:5: unknown key `keep_firng_for`; did you mean `keep_firing_for`?",
+        "rules.yaml:5:34: unknown key `min_improvment`; did you mean `min_improvement`?",
+    ]
+
+
+def test_a_misspelt_condition_kind_is_suggested(tmp_path: Path) -> None:
+    errs = errors_of(tmp_path, "rules:\n  - name: a\n    metric: loss\n    grwoth: {window: 5}\n")
+    assert "rules.yaml:4:5: unknown key `grwoth`; did you mean `growth`?" in errs
+
+
+def test_every_error_in_the_file_is_reported_at_once_in_line_order(tmp_path: Path) -> None:
+    errs = errors_of(
+        tmp_path,
+        """rules:
+  - name: a
+    metric: loss
+    severity: fatal
+    growth:
+      window: 40 stepz
+      threshold: abc
+  - name: b
+    metric: x
+  - name: c
+    metric: loss
+    message: "{valu} at {step}"
+    non_finite:
+""",
+    )
+    assert errs == [
+        "rules.yaml:4:15: expected 'warning' or 'critical', got 'fatal'",
+        "rules.yaml:6:15: expected a span like `200 steps`, `10 points` (evaluations), "
+        "`90s`, `5m` or `2h`, got '40 stepz'",
+        "rules.yaml:7:18: expected a number, got 'abc'",
+        "rules.yaml:8:5: a rule needs exactly one condition (non_finite, threshold, plateau, "
+        "rise, pair, baseline, throughput, no_data, growth, spike); found none",
+        "rules.yaml:12:14: unknown placeholder {valu} in message; known: canonical, evidence, "
+        "labels, metric, rule, run, runbook, severity, step, value, wall_time",
+    ]
+
+
+def test_missing_required_keys_point_at_their_mapping(tmp_path: Path) -> None:
+    errs = errors_of(tmp_path, "rules:\n  - metric: loss\n    plateau: {min_delta: 1}\n")
+    assert "rules.yaml:2:5: missing required key `name`" in errs
+    assert "rules.yaml:3:14: missing required key `window`" in errs
+
+
+def test_yaml_syntax_errors_carry_their_position(tmp_path: Path) -> None:
+    (err,) = errors_of(tmp_path, "rules:\n  - name: a\n    metric: [loss\n")
+    assert err.startswith("rules.yaml:4:1: YAML syntax:")
+
+
+def test_duplicate_keys_and_duplicate_rules_are_errors(tmp_path: Path) -> None:
+    errs = errors_of(
+        tmp_path,
+        """rules:
+  - {name: a, metric: loss, metric: val_loss, non_finite: {}}
+  - {name: a, metric: loss, non_finite: {}}
+""",
+    )
+    assert errs == [
+        "rules.yaml:2:29: duplicate key `metric` (YAML keeps only the last)",
+        "rules.yaml:3:12: rule `a` is defined twice in this file",
+    ]
+
+
+def test_yaml_1_1_traps_are_read_as_a_user_means_them() -> None:
+    parsed = parse_text(
+        """
+rules:
+  - name: on
+    metric: on
+    enabled: yes
+    threshold: {above: 1e3, below: 1.5e-7}
+"""
+    )
+    (rule,) = parsed.rules
+    # PyYAML (YAML 1.1) would make the name True and the threshold the string "1e3"
+    assert rule.name == "on" and rule.metrics == ("on",)
+    assert rule.condition == Threshold(above=1000.0, below=1.5e-7)
+
+
+def test_numeric_strings_are_accepted_for_numbers() -> None:
+    (rule,) = parse_text('rules: [{name: a, metric: loss, threshold: {above: "1e3"}}]').rules
+    assert rule.condition == Threshold(above=1000.0)
+
+
+def test_spans_accept_steps_points_and_times() -> None:
+    assert Span.parse(200) == Span(200, "steps")
+    assert Span.parse("10 evals") == Span(10, "points")
+    assert Span.parse("1.5h") == Span(5400, "seconds")
+    assert Span.parse("2e3 steps") == Span(2000, "steps")
+    with pytest.raises(ValueError, match="expected a span"):
+        Span.parse("soon")
+
+
+def test_merge_keys_let_rules_share_a_template() -> None:
+    parsed = parse_text(
+        """
+rules:
+  - &grad {name: a, metric: grad_norm, severity: critical, non_finite: {}}
+  - <<: *grad
+    name: b
+"""
+    )
+    assert [(r.name, r.severity, r.metrics) for r in parsed.rules] == [
+        ("a", "critical", ("grad_norm",)),
+        ("b", "critical", ("grad_norm",)),
+    ]
+
+
+def test_no_data_silence_must_be_a_time(tmp_path: Path) -> None:
+    errs = errors_of(tmp_path, "rules:\n  - {name: a, no_data: {min_silence: 10 steps}}\n")
+    assert errs == ["rules.yaml:2:38: silence is a time, e.g. `15m` or `900s`"]
+    (rule,) = parse_text("rules:\n  - {name: a, no_data: {min_silence: 10m}}\n").rules
+    assert rule.condition == NoData(min_silence=600.0) and rule.metrics == ("*",)
+
+
+def test_check_reports_unreadable_paths_and_empty_directories(tmp_path: Path) -> None:
+    assert check_paths([str(tmp_path / "nope.yaml")]) == [
+        f"{tmp_path / 'nope.yaml'}:1:1: cannot read: No such file or directory"
+    ]
+    assert check_paths([str(tmp_path)]) == [f"{tmp_path}:1:1: no rule files (*.yaml, *.yml) here"]
+
+
+def test_check_lints_every_file_of_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("rules: [{name: a, metric: x, non_finite: {}}]\n")
+    (tmp_path / "b.yml").write_text("rules: [{name: b, metric: x}]\n")
+    (err,) = check_paths([str(tmp_path)])
+    assert err.startswith(f"{tmp_path / 'b.yml'}:1:9: a rule needs exactly one condition")
+
+
+def test_load_rules_without_paths_is_the_default_pack() -> None:
+    names = {r.name for r in load_rules().rules}
+    assert {"loss_non_finite", "grad_norm_exponential_growth", "run_stalled"} <= names
+
+
+def test_a_later_file_retunes_or_drops_a_shipped_rule(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        """rules:
+  - {name: loss_plateau, metric: loss, plateau: {window: 500 steps, min_improvement: 0.05}}
+  - {name: run_stalled, enabled: false, no_data: {}}
+aliases:
+  loss: [my/loss]
+"""
+    )
+    rules = load_rules(["default", str(mine)])
+    by_name = {r.name: r for r in rules.rules}
+    assert "run_stalled" not in by_name
+    assert by_name["loss_plateau"].condition.window == Span(500, "steps")  # type: ignore[union-attr]
+    assert ("loss", ("my/loss",)) in rules.aliases
+
+
+def test_load_rules_raises_with_the_errors_of_every_file(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("rules: [{name: a}]\n")
+    (tmp_path / "b.yaml").write_text("rulez: []\n")
+    with pytest.raises(RuleFileError) as caught:
+        load_rules([str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")])
+    assert len(caught.value.errors) == 2
+    assert "did you mean `rules`?" in caught.value.errors[1]
