@@ -72,7 +72,7 @@ class Daemon:
     def start(self) -> None:
         if self.poll is None:
             self._watcher.watch([r.top for r in self.roots])
-        self._sweep()
+        self.sweep()
 
     def run_forever(self) -> None:
         self.start()
@@ -113,7 +113,7 @@ class Daemon:
         if self.stop_event.is_set():
             return 0
         if time.monotonic() - self._last_sweep >= interval:
-            return self._sweep()
+            return self.sweep()
         files, dirs = self._watcher.take()
         for d in dirs:
             self._discover(Path(d))
@@ -124,7 +124,7 @@ class Daemon:
                 self._discover(Path(f))
         return self._read(self._pending)
 
-    def _sweep(self) -> int:
+    def sweep(self) -> int:
         self._last_sweep = time.monotonic()
         for root in self.roots:
             self._discover(root.top)
