@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import logging
 import os
@@ -235,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Backfills allocate millions of small tuples that live until evaluated;
+    # the default gen-0 threshold (700) collects over and over for nothing
+    # (measured: 15-20% of a 1M-point read). Reference cycles are rare here.
+    gc.set_threshold(100_000, 50, 100)
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING

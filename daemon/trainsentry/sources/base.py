@@ -57,3 +57,18 @@ class Decoder(Protocol):
         the previous snapshot to skip records already delivered.
         """
         ...
+
+
+def complete_lines(data: bytes | memoryview) -> tuple[int, list[bytes]]:
+    """The newline-terminated lines at the start of `data`, and how many bytes they span.
+
+    For line formats (JSONL, CSV): the bytes after the last newline are a line
+    still being written, left for the next read even at end of file.
+    """
+    raw = data if isinstance(data, bytes) else bytes(data)
+    end = raw.rfind(b"\n") + 1
+    if end == 0:
+        return 0, []
+    lines = raw.split(b"\n")
+    lines.pop()
+    return end, lines

@@ -33,7 +33,7 @@ import csv
 from typing import Any
 
 from trainsentry.point import Sample
-from trainsentry.sources.base import Decoded, DecodeError
+from trainsentry.sources.base import Decoded, DecodeError, complete_lines
 from trainsentry.sources.jsonl import STEP_KEYS, TIME_KEYS, as_step, as_wall_time
 
 _MISSING = frozenset({"", "NA", "N/A", "n/a", "None", "null"})
@@ -84,14 +84,10 @@ class CsvDecoder:
         ]
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        end = data.rfind(b"\n") + 1
+        end, lines = complete_lines(data)
         result = Decoded(consumed=end)
         if end == 0:
             return result
-        lines = data.split(b"\n")
-        lines.pop()  # after the last newline: a row still being written
         offset = 0
         for raw in lines:
             start = offset

@@ -38,7 +38,7 @@ from json.scanner import make_scanner
 from typing import Any
 
 from trainsentry.point import Sample
-from trainsentry.sources.base import Decoded, DecodeError
+from trainsentry.sources.base import Decoded, DecodeError, complete_lines
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 TIME_KEYS = ("time", "timestamp", "wall_time", "_timestamp")
@@ -133,14 +133,10 @@ class JsonlDecoder:
         self._counter = 0
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        end = data.rfind(b"\n") + 1
+        end, lines = complete_lines(data)
         result = Decoded(consumed=end)
         if end == 0:
             return result
-        lines = data.split(b"\n")
-        lines.pop()  # the bytes after the last newline: an unfinished line, or b""
         samples, errors = result.samples, result.errors
         offset = 0
         for line in lines:
