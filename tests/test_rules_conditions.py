@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rules_notation import evaluate, points, timeline
+from test_rules_notation import WALL0, evaluate, points, ruleset, timeline
 
+from trainsentry.point import Point
 from trainsentry.rules.condition import SpanWindow
+from trainsentry.rules.loader import RuleFileError
 from trainsentry.rules.model import Growth, Span
 from trainsentry.rules.pattern import GrowthCondition
 
@@ -25,7 +28,7 @@ def test_non_finite_fires_on_nan_and_resolves_when_values_are_finite_again() -> 
     """
     got = evaluate(rules, points("1 2 nan inf 3"))
     assert timeline(got) == [("firing", "critical", 2), ("resolved", "critical", 4)]
-    assert got[0].message.startswith("loss is nan")
+    assert got[0].message == "loss at step 2 is nan"
 
 
 def test_threshold_with_hysteresis_resolves_only_under_the_resolve_level() -> None:
@@ -94,7 +97,7 @@ def test_plateau_best_is_early_stopping_over_evaluations() -> None:
     """
     got = evaluate(rules, points("1 0.9 0.8 0.7995 0.7999 0.8 0.7 ", tag="val_loss", every=100))
     assert timeline(got) == [("firing", "warning", 500), ("resolved", "warning", 600)]
-    assert "best 0.8 (step 200)" in got[0].message
+    assert "on its best 0.8, from step 200, for 3 points" in got[0].message
 
 
 def test_rise_fires_when_the_smoothed_level_triples_its_best() -> None:
@@ -191,6 +194,86 @@ def test_throughput_from_a_step_time_metric() -> None:
     assert timeline(got) == [("firing", "warning", 7), ("resolved", "warning", 8)]
 
 
+def paced(spec: str, seconds: list[float], tag: str = "loss", start: int = 0) -> list[Point]:
+    """Points whose wall times advance by the given seconds per step (one entry per step)."""
+    out = points(spec, tag=tag, start=start)
+    wall = out[0].wall_time
+    for i, p in enumerate(out):
+        wall += seconds[i] if i else 0.0
+        out[i] = p._replace(wall_time=wall)
+    return out
+
+
+PACE = """
+- name: slow
+  metric: loss
+  throughput: {slowdown: 3, min_increase: 0.05, learn: 20, skip: 0, recent: 5}
+"""
+
+
+def test_throughput_ignores_millisecond_jitter() -> None:
+    # a tiny model: 3 ms per step, then 40 steps at 10 ms while a neighbour holds the core
+    jitter = paced("1x80", [0.003] * 40 + [0.010] * 41)
+    assert evaluate(PACE, jitter) == []
+    # the same ×3.3 at a pace people notice (0.1 s → 0.33 s per step) is a slowdown
+    human = paced("1x80", [0.1] * 40 + [0.33] * 41)
+    assert timeline(evaluate(PACE, human))[0] == ("firing", "warning", 42)
+
+
+def test_throughput_still_sees_a_starved_loader_on_a_fast_model() -> None:
+    # 60 ms per step, then every step waits 8× as long on its batch
+    got = evaluate(PACE, paced("1x80", [0.06] * 40 + [0.48] * 41))
+    assert timeline(got)[0] == ("firing", "warning", 42)
+    assert "advances at 0.48s/step" in got[0].message and "+0.05s/step" in got[0].message
+
+
+def test_throughput_shares_one_wall_stamp_among_the_steps_it_covers() -> None:
+    # whole-second stamps (a JSONL logger writing `time` as an integer) at 0.25 s per step:
+    # four steps share each stamp; per-point intervals would read 0, 0, 0, 1 s/step
+    rules = "- {name: slow, metric: loss, throughput: {slowdown: 3, learn: 20, skip: 0}}"
+    steady = [p._replace(wall_time=float(int(p.wall_time))) for p in points("1x200")]
+    assert evaluate(rules, paced_seconds(steady, 0.25)) == []
+    slower = paced_seconds(steady, 0.25, after=100, slow=1.5)
+    got = evaluate(rules, slower)
+    assert got and got[0].state == "firing" and 100 < got[0].step < 130
+    assert "the run's baseline 0.25s/step" in got[0].message
+
+
+def paced_seconds(
+    pts: list[Point], per_step: float, after: int = 10**9, slow: float = 0.0
+) -> list[Point]:
+    """Wall stamps truncated to whole seconds at `per_step`, then `slow` s/step after `after`."""
+    out, wall = [], WALL0
+    for p in pts:
+        wall += per_step if p.step <= after else slow
+        out.append(p._replace(wall_time=float(int(wall))))
+    return out
+
+
+def test_a_single_long_pause_is_judged_alone_with_recent_1_and_min_gap() -> None:
+    rules = """
+    - name: hung
+      metric: loss
+      throughput: {slowdown: 100, min_gap: 10m, learn: 20, skip: 0, recent: 1}
+    """
+    pause = [1.0] * 30 + [700.0] + [1.0] * 10  # one 11m40s pause before step 30
+    got = evaluate(rules, paced("1x40", pause))
+    assert timeline(got) == [("firing", "warning", 30), ("resolved", "warning", 31)]
+    assert got[0].message.startswith("loss at step 30 came 11m40s after step 29")
+    # five minutes is an evaluation or a checkpoint, not a hang
+    assert evaluate(rules, paced("1x40", [1.0] * 30 + [300.0] + [1.0] * 10)) == []
+
+
+def test_min_gap_is_a_time_on_the_clock() -> None:
+    bad = (
+        "- {name: g, metric: step_time, throughput: {slowdown: 2, source: step_time, min_gap: 60s}}"
+    )
+    with pytest.raises(RuleFileError, match="needs `source: clock`"):
+        ruleset(bad)
+    with pytest.raises(RuleFileError, match="a gap is a time"):
+        ruleset("- {name: g, metric: loss, throughput: {slowdown: 2, min_gap: 5 steps}}")
+
+
 def test_no_data_fires_at_the_deadline_and_resolves_when_data_resumes() -> None:
     rules = "- {name: stalled, no_data: {factor: 10, min_silence: 60s}}"
     before = points("1x20", seconds_per_step=10.0)  # steps 0..20, 10 s apart: waits 100 s
@@ -271,7 +354,68 @@ def test_repeated_spikes_within_the_window_escalate_to_critical() -> None:
     base = "1 1.1 " * 10
     got = evaluate(rules, points(f"{base} 5 {base} 5 {base} 5 {base}"))
     assert timeline(got) == [("firing", "warning", 20), ("firing", "critical", 62)]
-    assert "3 spikes within 100 steps" in got[1].message
+    assert "3 spike episodes within 100 steps" in got[1].message
+
+
+def test_spike_episode_counts_once() -> None:
+    # eight bad batches in a row, then normal: one event, not eight spikes
+    rules = """
+    - name: sp
+      metric: loss
+      spike: {window: 20, k: 5, warmup: 10, repeat: {count: 3, within: 100 steps}}
+      keep_firing_for: 50 steps
+    """
+    base = "1 1.1 " * 10
+    got = evaluate(rules, points(f"{base} 30x7 {base}"))
+    assert timeline(got) == [("firing", "warning", 20)]
+    assert "episodes" not in got[0].message
+
+
+def test_spike_episodes_need_settle_points_back_within_normal_between_them() -> None:
+    rules = """
+    - name: sp
+      metric: loss
+      spike: {window: 20, k: 5, warmup: 10, settle: 3, repeat: {count: 2, within: 100 steps}}
+      keep_firing_for: 50 steps
+    """
+    base = "1 1.1 " * 10
+    # two normal points between the bad batches: still the same episode
+    assert timeline(evaluate(rules, points(f"{base} 9 1 1 9 {base}"))) == [
+        ("firing", "warning", 20)
+    ]
+    # three: a second episode, and two within 100 steps escalate
+    got = evaluate(rules, points(f"{base} 9 1 1 1 9 {base}"))
+    assert timeline(got) == [("firing", "warning", 20), ("firing", "critical", 24)]
+    assert "2 spike episodes within 100 steps" in got[1].message
+
+
+RISE = """
+- name: up
+  metric: loss
+  severity: critical
+  rise: {factor: 3, smoothing: 20, recovery: 0.25}
+  for: 12 points
+"""
+
+
+def test_divergence_ignores_a_burst_of_bad_batches_that_recovers() -> None:
+    # eight batches at ×30, then the loss comes back down over 30 steps
+    burst = points("1x40 30x7 3-0.07x30 1x20")
+    assert evaluate(RISE, burst) == []
+    # without the recovery test the lagging EWMA keeps it "high" long enough to page
+    plain = RISE.replace(", recovery: 0.25", "")
+    assert timeline(evaluate(plain, burst))[0][:2] == ("firing", "critical")
+
+
+def test_divergence_with_recovery_still_fires_on_a_steady_rise_and_a_high_plateau() -> None:
+    ramp = evaluate(RISE, points("1x40 1+0.2x60"))
+    assert timeline(ramp)[0][:2] == ("firing", "critical")
+    assert (
+        "is rising: its smoothed level" in ramp[0].message
+        and "its best 1, from step" in ramp[0].message
+    )
+    plateau = evaluate(RISE, points("1x40 20x40"))
+    assert timeline(plateau)[0][:2] == ("firing", "critical")
 
 
 # --- the incremental machinery agrees with a recomputation ---

@@ -35,6 +35,13 @@ HF = {
 }
 LIGHTNING = {"loss": "train_loss", "val": "val_loss", "grad": "grad_norm", "lr": "lr-AdamW"}
 TUTORIAL = {"loss": "Loss/train", "val": "Loss/val", "grad": "Gradient/Norm", "lr": "lr"}
+TBX = {"loss": "Loss/train", "val": "Loss/val", "grad": "Gradient/Norm", "lr": "LearningRate"}
+KERAS = {
+    "loss": "train/batch_loss",
+    "val": "validation/epoch_loss",
+    "grad": "train/batch_grad_norm",
+    "lr": "train/batch_learning_rate",
+}
 
 
 def healthy(seed: int = 0, names: dict[str, str] = HF, steps: int = 8000) -> Series:
@@ -89,6 +96,10 @@ def fault_loss_divergence(run: Series) -> None:
     after(run["train/loss"], lambda d, v: v * (1 + d / 100))
 
 
+def fault_loss_runaway(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: v * 4 ** min(d / 5, 100))  # ×4 per logged point
+
+
 def fault_loss_plateau(run: Series) -> None:
     level = 0.5 + 2.5 * math.exp(-ONSET / 2000)
     after(run["train/loss"], lambda d, v: level * (1 + random.Random(d).gauss(0, 0.08)))
@@ -133,6 +144,14 @@ def fault_step_time(run: Series) -> None:
     after(run["step_time"], lambda d, v: 4 * v)
 
 
+def fault_step_hang(run: Series) -> None:
+    # one step hangs for 12 minutes, then the run carries on: under run_stalled's 15 min
+    for rows in run.values():
+        for row in rows:
+            if row[0] >= ONSET:
+                row[1] += 720.0
+
+
 def fault_stall(run: Series) -> None:
     for rows in run.values():
         for row in rows:
@@ -147,6 +166,7 @@ FAULTS = {
     "grad_norm_far_above_baseline": fault_grad_jump,
     "loss_spike": fault_loss_spike,
     "loss_divergence": fault_loss_divergence,
+    "loss_runaway": fault_loss_runaway,
     "loss_plateau": fault_loss_plateau,
     "val_loss_stagnation": fault_val_stagnation,
     "overfitting": fault_overfitting,
@@ -157,6 +177,7 @@ FAULTS = {
     "throughput_drop": fault_slow_steps,
     "step_time_increase": fault_step_time,
     "run_stalled": fault_stall,
+    "step_stalled": fault_step_hang,
 }
 
 
@@ -175,8 +196,25 @@ def test_each_default_rule_fires_on_its_fault_after_the_onset(rule: str) -> None
     assert mine[0].message and mine[0].runbook
 
 
+@pytest.mark.parametrize("rule", sorted(FAULTS))
+def test_messages_read_as_one_sentence_that_names_the_step_once(rule: str) -> None:
+    run = healthy(seed=7)
+    FAULTS[rule](run)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    for t in (t for t in fired if t.rule == rule):
+        if t.metric == "*":  # run-level: the silence is its subject
+            assert t.message.startswith("no new data for "), t.message
+            continue
+        assert t.message.startswith(f"{t.canonical} at step {t.step} "), t.message
+        assert "(step" not in t.message and ") (" not in t.message, t.message
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("names", [HF, LIGHTNING, TUTORIAL], ids=["hf", "lightning", "tutorial"])
+@pytest.mark.parametrize(
+    "names",
+    [HF, LIGHTNING, TUTORIAL, TBX, KERAS],
+    ids=["hf", "lightning", "tutorial", "tbx", "keras"],
+)
 def test_the_pack_is_quiet_on_a_healthy_noisy_decreasing_loss(
     seed: int, names: dict[str, str]
 ) -> None:
@@ -224,3 +262,57 @@ def test_the_engine_never_crashes_on_odd_points(rows: list[tuple[str, int, float
             json.dumps(t.as_dict(), allow_nan=False)
     engine.tick(WALL0 + 1e6)
     engine.finish_all()
+
+
+def test_corrupted_batches_that_recover_stay_a_warning() -> None:
+    # eight logged batches of garbage (loss ×30, one huge gradient), then the loss
+    # comes back down over ~40 logged points: the run recovers by itself
+    run = healthy(seed=4)
+    after(run["train/loss"], lambda d, v: 30 * v if d < 40 else v * (1 + 3 * math.exp(-d / 60)))
+    after(run["train/grad_norm"], lambda d, v: 800.0 if d == 0 else 30 * v if d < 40 else v)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    assert [t.severity for t in fired if t.severity == "critical"] == []
+    spikes = [(t.severity, t.step) for t in fired if t.rule == "loss_spike"]
+    assert spikes == [("warning", ONSET)]  # one episode: no escalation
+
+
+def test_a_single_bad_gradient_is_not_a_blow_up() -> None:
+    run = healthy(seed=5)
+    after(run["train/grad_norm"], lambda d, v: 900.0 if d == 0 else v)
+    assert [t.rule for t in replay_transitions(as_points(run), PACK)] == []
+
+
+def retimed(run: Series, seconds_per_step: Callable[[int], float]) -> None:
+    """Re-stamp every series with a clock that advances `seconds_per_step(step)` per step."""
+    wall, clock = WALL0, {}
+    for step in range(0, 8001):
+        clock[step] = wall
+        wall += seconds_per_step(step)
+    for rows in run.values():
+        for row in rows:
+            row[1] = clock[int(row[0])]
+
+
+def test_the_pack_is_quiet_on_a_tiny_model_with_millisecond_jitter() -> None:
+    # 3 ms per step; every 1000 steps a neighbour takes the core for 300 steps: 10-12 ms
+    rng = random.Random(6)
+    run = healthy(seed=6)
+    retimed(run, lambda s: (0.011 if s % 1000 >= 700 else 0.003) + rng.uniform(0, 0.001))
+    run["step_time"] = [[s, w, 0.003] for s, w, _ in run["step_time"]]
+    assert [(t.rule, t.step) for t in replay_transitions(as_points(run), PACK)] == []
+
+
+def test_a_starved_data_loader_of_a_fast_model_is_still_caught() -> None:
+    run = healthy(seed=6)
+    retimed(run, lambda s: 0.48 if ONSET <= s < ONSET + 600 else 0.06)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    assert [(t.rule, t.severity) for t in fired] == [("throughput_drop", "warning")]
+    assert ONSET < fired[0].step < ONSET + 150
+
+
+def test_lr_at_zero_is_caught_under_tutorial_and_keras_names() -> None:
+    for names in (TBX, KERAS):
+        run = healthy(seed=2, names=names, steps=2000)
+        after(run[names["lr"]], lambda d, v: 0.0, onset=1000)
+        fired = {t.rule for t in replay_transitions(as_points(run), PACK) if t.state == "firing"}
+        assert fired == {"lr_stuck_at_zero"}, names

@@ -144,7 +144,7 @@ def test_transition_json_carries_the_design_keys_and_the_evidence() -> None:
     assert line.keys() >= ALERT_KEYS
     assert line["run"] == "exp1/seed0" and line["metric"] == "train/loss"
     assert line["labels"] == {"team": "nlp"} and line["runbook"] == "lower the LR"
-    assert line["message"] == "loss is 9 (threshold 5) (step 1)"
+    assert line["message"] == "loss at step 1 is 9, above the threshold 5"
 
 
 def test_non_finite_values_are_valid_json() -> None:
@@ -161,8 +161,8 @@ def test_message_templates_fill_in_fields_and_survive_a_bad_format() -> None:
     - {name: b, metric: loss, threshold: {above: 5}, message: "{value:d}"}
     """
     a, b = evaluate(rules, points("1 9.25"))
-    assert a.message == "r: loss=9.2 (is 9.25 (threshold 5))"
-    assert "message template of b failed" in b.message and "loss is 9.25" in b.message
+    assert a.message == "r: loss=9.2 (is 9.25, above the threshold 5)"
+    assert "message template of b failed" in b.message and "loss at step 1 is 9.25" in b.message
 
 
 def test_live_ticks_fire_no_data_exactly_as_a_replay_of_the_same_points() -> None:

@@ -8,7 +8,10 @@ once per new tag and is cached: a run with a million points has a few dozen tags
 Patterns use `*` for "any text, including `/`"; a canonical name may carry a
 `*` too, which receives what the pattern's `*` matched — that is how per-layer
 series stay addressable (`probe/grad_norm/fc1.weight` → `grad_norm/fc1.weight`).
-A tag no pattern matches is its own canonical name.
+A tag that matches no listed tag exactly nor any pattern is compared once more
+with case and word separators ignored (`LearningRate`, `Learning_Rate` and
+`learning-rate` are `learning_rate`), so an unseen spelling of a known name
+still resolves; anything else is its own canonical name.
 """
 
 from __future__ import annotations
@@ -25,24 +28,30 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "train/loss",  # HF Trainer
         "train_loss",  # Lightning self.log("train_loss")
         "train_loss_step",  # Lightning on_step=True, on_epoch=True
+        "train_loss_epoch",  # ... and its epoch mean, as Keras' epoch_loss below
         "Loss/train",  # PyTorch tutorial
         "train/batch_loss",  # Keras, update_freq="batch"
         "batch_loss",
         "train/epoch_loss",  # Keras TensorBoard callback, train/ split
         "epoch_loss",  # Keras, a run without split directories
         "training_loss",
+        "train/train_loss",
         "probe/loss",
     ),
     "val_loss": (
         "val_loss",
         "eval/loss",  # HF Trainer
-        "eval_loss",
-        "valid_loss",
+        "eval_loss",  # HF Trainer's log_history / metrics dicts
+        "valid_loss",  # fastai
         "validation_loss",
         "Loss/val",  # tutorial
+        "Loss/valid",
         "Loss/validation",
         "validation/epoch_loss",  # Keras, validation/ split
         "val/loss",
+        "valid/loss",
+        "validation/loss",
+        "val_loss_epoch",  # Lightning on_step=True, on_epoch=True in validation_step
         "probe/val_loss",
     ),
     "grad_norm": (
@@ -51,30 +60,50 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "Gradient/Norm",  # tutorial
         "gradient_norm",
         "grad_norm_total",
-        "grad_2.0_norm_total",  # Lightning track_grad_norm / grad_norm utility
+        "grad_2.0_norm_total",  # Lightning's grad_norm(module, norm_type=2) utility
+        "train/batch_grad_norm",  # Keras, a custom metric logged per batch
+        "batch_grad_norm",
+        "train/gradient_norm",
         "probe/grad_norm",
     ),
+    # per-parameter norms: Lightning's grad_norm utility logs `grad_2.0_norm/<param>`
     "grad_norm/*": ("probe/grad_norm/*", "grad_2.0_norm/*"),
     "lr": (
         "lr",
         "learning_rate",
+        "LearningRate",  # tensorboardX tutorial style
         "train/learning_rate",  # HF Trainer
         "train/lr",
         "epoch_learning_rate",  # Keras
         "train/epoch_learning_rate",
+        "train/batch_learning_rate",  # Keras, update_freq="batch"
+        "batch_learning_rate",
+        "optimizer/lr",
         "probe/lr",
-        "lr-*",  # Lightning LearningRateMonitor: lr-Adam, lr-Adam/pg1, ...
+        "lr-*",  # Lightning LearningRateMonitor: lr-Adam, lr-AdamW, lr-Adam/pg1, ...
     ),
+    # seconds per training step (not per sample, not milliseconds)
     "step_time": (
         "step_time",
         "train/step_time",
+        "Time/step",  # tensorboardX tutorial style
         "time/step",
+        "train/batch_step_time",  # Keras, update_freq="batch"
+        "batch_step_time",
+        "iteration_time",
+        "iteration-time",  # Megatron-LM's TensorBoard tag
+        "train/iteration_time",
+        "perf/step_time",
+        "time_per_step",
         "probe/step_time",
     ),
+    # samples (or tokens) per second: the inverse of step time, per unit of work
     "throughput": (
         "throughput",
         "samples_per_second",
+        "samples_per_sec",
         "train/samples_per_second",
+        "perf/samples_per_second",
         "probe/samples_per_second",
     ),
     # the probe's statistics that ordinary logs lack
@@ -86,6 +115,13 @@ SHIPPED: dict[str, tuple[str, ...]] = {
 
 
 AliasTable = Mapping[str, Iterable[str]] | Iterable[tuple[str, Iterable[str]]]
+
+
+def spelling(tag: str) -> str:
+    """A tag with case and word separators dropped: `LearningRate`, `learning-rate`,
+    `Learning_Rate` and `learning_rate` are one spelling. Path separators stay:
+    `train/loss` and `trainloss` are different names."""
+    return tag.lower().replace("_", "").replace("-", "").replace(" ", "")
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -103,6 +139,7 @@ class Aliases:
 
     def __init__(self, table: AliasTable | None = None) -> None:
         self._exact: dict[str, str] = {}
+        self._spelled: dict[str, str] = {}  # spelling(tag) → canonical, for unseen spellings
         self._patterns: list[tuple[re.Pattern[str], str]] = []
         self._cache: dict[str, str] = {}
         self.table: dict[str, tuple[str, ...]] = {}
@@ -118,6 +155,7 @@ class Aliases:
                     self._patterns.append((_compile(tag), canonical))
                 else:
                     self._exact[tag] = canonical
+                    self._spelled.setdefault(spelling(tag), canonical)
 
     def extended(self, table: AliasTable) -> Aliases:
         """A new table where `table`'s entries win over this one's."""
@@ -133,7 +171,7 @@ class Aliases:
             return hit
         canonical = self._exact.get(tag)
         if canonical is None:
-            canonical = tag
+            canonical = self._spelled.get(spelling(tag), tag)
             for regex, target in self._patterns:
                 match = regex.match(tag)
                 if match:

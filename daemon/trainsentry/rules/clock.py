@@ -5,10 +5,11 @@ milliseconds per step (an MLP) to a minute (a large model), and logging
 intervals from a second to an hour.
 
 Throughput needs no special metric: seconds per step can be read off any
-series' (step, wall_time) pairs, since writers stamp wall time when a value
-is logged, not when it is flushed. Its recent level is a *median* of the last
-few intervals, so the pause for an evaluation or a checkpoint is not a drop;
-a data loader that has become the bottleneck is.
+series' (step, wall_time) pairs, since most writers stamp wall time when a
+value is logged, not when it is flushed (those that stamp at flush time, or
+not at all, are handled: see ThroughputCondition). Its recent level is a
+*median* of the last few intervals, so the pause for an evaluation or a
+checkpoint is not a drop; a data loader that has become the bottleneck is.
 
 Silence ("no data") is judged against the run's typical interval between new
 steps, with a floor well above writers' buffering: tensorboardX and torch's
@@ -40,17 +41,39 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
 
 
+def _times(ratio: float) -> str:
+    """×7.63, ×3,530: a ratio as people read it."""
+    return f"×{ratio:,.0f}" if math.isfinite(ratio) and ratio >= 100 else f"×{ratio:.3g}"
+
+
 class ThroughputCondition:
-    __slots__ = ("baseline", "intervals", "last", "learning", "recent", "seen", "spec")
+    """Seconds per step now against the run's own baseline, by ratio and by an absolute margin.
+
+    From the clock, an interval runs between two *distinct* wall stamps: a
+    writer that flushes on a timer, or a CSV read back with its file's mtime,
+    stamps several steps at once, and those steps share the time to the next
+    stamp instead of counting as zero-second steps followed by one huge one.
+    A ratio alone is not enough: a model whose steps take 3 ms slows ×3 whenever
+    the scheduler hands its core to a neighbour, which costs nobody anything —
+    `min_increase` asks for a slowdown someone would notice. With `recent: 1`
+    the condition judges each interval alone, and `min_gap` asks for a pause of
+    minutes: a step that hung and came back, whatever the logging interval.
+    """
+
+    __slots__ = (
+        "baseline", "last", "learning", "now", "previous", "recent", "seen", "spec", "steps",
+    )  # fmt: skip
 
     def __init__(self, spec: Throughput) -> None:
         self.spec = spec
-        self.last: tuple[int, float] | None = None
+        self.last: tuple[int, float] | None = None  # (step, wall) of the last distinct stamp
+        self.previous = 0  # the step an interval was measured from
+        self.steps = 0  # steps in the last interval
         self.seen = 0
         self.learning: list[float] = []
         self.baseline = math.nan
+        self.now = math.nan
         self.recent: deque[float] = deque(maxlen=spec.recent)
-        self.intervals = 0
 
     def _seconds_per_step(self, step: int, wall_time: float, value: float) -> float | None:
         source = self.spec.source
@@ -58,9 +81,16 @@ class ThroughputCondition:
             return value if math.isfinite(value) and value >= 0 else None
         if source == "rate":
             return 1.0 / value if math.isfinite(value) and value > 0 else None
-        last, self.last = self.last, (step, wall_time)
-        if last is None or step <= last[0] or wall_time < last[1]:
+        last = self.last
+        if not math.isfinite(wall_time):
             return None
+        if last is None or step <= last[0] or wall_time < last[1]:
+            self.last = (step, wall_time)  # first point, a rewind, or a clock set back
+            return None
+        if wall_time == last[1]:
+            return None  # stamped with the step before: the next stamp covers both
+        self.last = (step, wall_time)
+        self.previous, self.steps = last[0], step - last[0]
         return (wall_time - last[1]) / (step - last[0])
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
@@ -79,17 +109,39 @@ class ThroughputCondition:
         self.recent.append(per_step)
         if self.baseline <= 0 or len(self.recent) < self.spec.recent:
             return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
-        return ACTIVE if median(list(self.recent)) > self.spec.slowdown * self.baseline else QUIET
+        spec = self.spec
+        self.now = median(list(self.recent)) if spec.recent > 1 else per_step
+        slow = self.now > spec.slowdown * self.baseline
+        if spec.min_gap and per_step * self.steps < spec.min_gap:
+            return QUIET
+        return ACTIVE if slow and self.now - self.baseline >= spec.min_increase else QUIET
 
     def evidence(self) -> str:
-        now = median(list(self.recent)) if self.recent else math.nan
+        spec, now = self.spec, self.now
         ratio = now / self.baseline if self.baseline > 0 else math.nan
-        what = "step time" if self.spec.source != "rate" else "time per unit of throughput"
-        return (
-            f"{what} {_duration(now)}/step over the last {len(self.recent)} intervals is "
-            f"×{ratio:.3g} the run's baseline {_duration(self.baseline)}/step "
-            f"(limit ×{fmt(self.spec.slowdown)})"
-        )
+        unit = "unit" if spec.source == "rate" else "step"
+        limits = f"×{fmt(spec.slowdown)}"
+        if spec.min_increase:
+            limits += f" and +{_duration(spec.min_increase)}/{unit}"
+        if spec.min_gap:
+            limits += f" and a gap of {_duration(spec.min_gap)}"
+        pace = f"the run's baseline {_duration(self.baseline)}/{unit}"
+        if spec.source == "clock" and spec.recent == 1:
+            each = "" if self.steps == 1 else f" ({_duration(now)}/step over {self.steps} steps)"
+            return (
+                f"came {_duration(now * self.steps)} after step {self.previous}{each}, "
+                f"{_times(ratio)} {pace} (limits {limits})"
+            )
+        against = f"{_times(ratio)} {pace} (limits {limits})"
+        if spec.source == "clock":
+            what = f"advances at {_duration(now)}/step"
+        elif spec.source == "rate":
+            what = f"is down to {fmt(1.0 / now)}/s" if now > 0 else "is down"
+        else:
+            what = f"is {_duration(now)}/step"
+        kind = "intervals" if spec.source == "clock" else "values"
+        median_of = f" (median of the last {len(self.recent)} {kind})" if spec.recent > 1 else ""
+        return f"{what}{median_of}, {against}"
 
 
 class NoDataClock:

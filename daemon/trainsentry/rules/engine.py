@@ -39,7 +39,8 @@ from trainsentry.rules.window import (
     RiseCondition,
 )
 
-DEFAULT_MESSAGE = "{canonical} {evidence} (step {step})"
+# "grad_norm at step 340 grew ×18 in 40 steps ...": evidence reads as the predicate
+DEFAULT_MESSAGE = "{canonical} at step {step} {evidence}"
 RUN_WIDE = "*"  # the metric of a run-level alert (no data)
 
 _FACTORIES: dict[type, Any] = {

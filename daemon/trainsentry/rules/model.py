@@ -120,6 +120,9 @@ class Rise:
     smoothing: int = 20  # EWMA span in points
     min_delta: float = 0.0
     skip: int = 0  # points before the best is tracked (initial transients)
+    # a level that has fallen back this fraction of the way from its peak towards its best
+    # is recovering (a transient that passes), not diverging; 0 disables the test
+    recovery: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,12 @@ class Throughput:
     learn: int = 50  # intervals (or values) in the baseline
     skip: int = 5  # first intervals ignored: compilation, cache warm-up
     recent: int = 9  # median of the last N: a single checkpoint pause is not a drop
+    # and at least this many seconds per step (per unit for `rate`) slower than the
+    # baseline: ×3 of a 3 ms step is scheduler jitter, not a slowdown anyone notices
+    min_increase: float = 0.0
+    # clock only: and the latest interval between two stamps at least this many seconds
+    # long — with `recent: 1`, one pause between logged steps, however many steps it spans
+    min_gap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +194,9 @@ class Spike:
     slow: int = 100
     ratio: float = 2.0
     warmup: int = 20  # points before a spike can be judged
-    repeat_count: int | None = None  # this many spikes ...
+    repeat_count: int | None = None  # this many spike episodes ...
     repeat_within: Span | None = None  # ... within this span escalate to critical
+    settle: int = 1  # points back within normal that end a spike episode
 
 
 Condition = (

@@ -136,15 +136,23 @@ class GrowthCondition:
 
 
 class SpikeCondition:
-    """A point far above the recent level; repeated spikes escalate.
+    """A point far above the recent level; repeated spike *episodes* escalate.
 
     `sigma`: above mean + k·σ of the last `window` points and at least
     `min_ratio` × the mean. `ewma`: a fast EWMA over `ratio` × a slow one.
     A spike enters the statistics clipped at the spike limit, so one spike does
     not hide the next, while a lasting level shift is absorbed over a window.
+
+    Repeats count episodes, not points: a run of bad batches, or one bad batch
+    whose loss takes a few steps to come down, is one event. An episode ends
+    once the series has been back within normal (at or under the limit) for
+    `settle` points in a row; the next spike after that starts a new one.
     """
 
-    __slots__ = ("count", "fast", "limit", "mean", "slow", "spec", "spikes", "value", "window")
+    __slots__ = (
+        "calm", "count", "fast", "in_episode", "limit", "mean", "slow", "spec", "spikes",
+        "value", "window",
+    )  # fmt: skip
 
     def __init__(self, spec: Spike) -> None:
         self.spec = spec
@@ -155,7 +163,9 @@ class SpikeCondition:
         self.value = math.nan
         self.mean = math.nan
         self.limit = math.nan
-        self.spikes: deque[float] = deque()  # positions of recent spikes
+        self.in_episode = False
+        self.calm = 0  # points within normal since the last spike
+        self.spikes: deque[float] = deque()  # where recent spike episodes began
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if not math.isfinite(value):
@@ -177,13 +187,20 @@ class SpikeCondition:
             self.mean, self.limit = self.slow, spec.ratio * self.slow
             spike = self.count > spec.warmup and self.slow > 0 and self.fast > self.limit
         if not spike:
+            self.calm += 1
+            if self.calm >= spec.settle:
+                self.in_episode = False
             return QUIET
-        if spec.repeat_count is None or spec.repeat_within is None:
-            return ACTIVE
+        self.calm = 0
         within = spec.repeat_within
+        if not self.in_episode:
+            self.in_episode = True
+            if within is not None:
+                self.spikes.append(axis(within, step, wall_time, self.count))
+        if spec.repeat_count is None or within is None:
+            return ACTIVE
         position = axis(within, step, wall_time, self.count)
-        self.spikes.append(position)
-        while self.spikes[0] <= position - within.amount:
+        while self.spikes and self.spikes[0] <= position - within.amount:
             self.spikes.popleft()
         return CRITICAL if len(self.spikes) >= spec.repeat_count else ACTIVE
 
@@ -198,9 +215,9 @@ class SpikeCondition:
             )
         else:
             text = (
-                f"fast average {fmt(self.fast)} is ×{self.fast / self.slow:.3g} the slow one "
-                f"{fmt(self.slow)} (limit ×{fmt(spec.ratio)})"
+                f"has a fast average {fmt(self.fast)}, ×{self.fast / self.slow:.3g} the slow "
+                f"one {fmt(self.slow)} (limit ×{fmt(spec.ratio)})"
             )
         if spec.repeat_count and spec.repeat_within and len(self.spikes) > 1:
-            text += f"; {len(self.spikes)} spikes within {spec.repeat_within}"
+            text += f"; {len(self.spikes)} spike episodes within {spec.repeat_within}"
         return text

@@ -79,6 +79,7 @@ class RiseSpec(Strict):
     smoothing: Count = 20
     min_delta: float = Field(0.0, ge=0)
     skip: int = Field(0, ge=0)
+    recovery: float = Field(0.0, ge=0, lt=1)
 
 
 class PairSpec(Strict):
@@ -127,6 +128,21 @@ class ThroughputSpec(Strict):
     learn: Count = 50
     skip: int = Field(5, ge=0)
     recent: Count = 9
+    min_increase: float = Field(0.0, ge=0)
+    min_gap: SpanField = m.Span(0.0, "seconds")
+
+    @field_validator("min_gap")
+    @classmethod
+    def _gap_seconds(cls, value: m.Span) -> m.Span:
+        if value.unit != "seconds":
+            raise ValueError("a gap is a time, e.g. `10m` or `600s`")
+        return value
+
+    @model_validator(mode="after")
+    def _gap_needs_clock(self) -> ThroughputSpec:
+        if self.min_gap.amount and self.source != "clock":
+            raise ValueError("`min_gap` is measured on the clock: it needs `source: clock`")
+        return self
 
 
 class NoDataSpec(Strict):
@@ -177,6 +193,7 @@ class SpikeSpec(Strict):
     ratio: float = Field(2.0, gt=1)
     warmup: int = Field(20, ge=0)
     repeat: RepeatSpec | None = None
+    settle: Count = 1
 
 
 CONDITIONS: dict[str, type[Strict]] = {
@@ -271,6 +288,8 @@ class RuleSpec(Strict):
         if kind == "no_data":
             fields["min_silence"] = fields["min_silence"].amount
             fields["max_silence"] = fields["max_silence"].amount if fields["max_silence"] else None
+        if kind == "throughput":
+            fields["min_gap"] = fields["min_gap"].amount
         if kind == "growth" and fields["critical_within"] is not None:
             fields["critical_within"] = fields["critical_within"].amount
         condition: m.Condition = _DATACLASSES[kind](**fields)

@@ -67,13 +67,13 @@ class ThresholdCondition:
     def evidence(self) -> str:
         spec, value = self.spec, self.value
         if spec.above is not None and (spec.below is None or value > spec.below):
-            limit = f"threshold {fmt(spec.above)}"
+            limit = f"above the threshold {fmt(spec.above)}"
             if spec.resolve_below is not None:
-                limit += f", resolves under {fmt(spec.resolve_below)}"
+                limit += f" (resolves under {fmt(spec.resolve_below)})"
         elif spec.below is not None:
-            limit = f"floor {fmt(spec.below)}"
+            limit = f"under the floor {fmt(spec.below)}"
             if spec.resolve_above is not None:
-                limit += f", resolves over {fmt(spec.resolve_above)}"
+                limit += f" (resolves over {fmt(spec.resolve_above)})"
         else:
             limit = ""
-        return f"is {fmt(value)} ({limit})" if limit else f"is {fmt(value)}"
+        return f"is {fmt(value)}, {limit}" if limit else f"is {fmt(value)}"

@@ -74,30 +74,56 @@ class PlateauCondition:
             needs.append(f"{spec.min_improvement:.3g} relative")
         if spec.min_delta:
             needs.append(f"{fmt(spec.min_delta)} absolute")
-        need = f" (needs {' or '.join(needs)})" if needs else ""
+        need = f"needs {' or '.join(needs)}" if needs else ""
         if spec.method == "best":
-            best = f"{fmt(self.best)} (step {self.best_step})"
-            return f"has not improved on its best {best} for {spec.window}{need}"
+            best = f"{fmt(self.best)}, from step {self.best_step},"
+            tail = f" ({need})" if need else ""
+            return f"has not improved on its best {best} for {spec.window}{tail}"
         before = self.older.mean()
         rel = self.gain / abs(before) if before else math.nan
+        tail = f"; {need}" if need else ""
         return (
             f"improved {rel:.2%} over the last {spec.window} "
-            f"(mean {fmt(self.recent.mean())} vs {fmt(before)} before){need}"
+            f"(mean {fmt(self.recent.mean())} vs {fmt(before)} before{tail})"
         )
 
 
 class RiseCondition:
-    """A smoothed series well above its own smoothed best: sustained divergence, not a spike."""
+    """A smoothed series well above its own smoothed best: sustained divergence, not a spike.
 
-    __slots__ = ("alpha", "best", "best_step", "count", "ewma", "spec")
+    With `recovery`, an excursion is judged by where the series is going too.
+    A burst of bad batches drags the smoothed level (EWMA over `smoothing`
+    points) far up, and it stays up for many points after the burst because an
+    EWMA lags; but the moment the burst ends the raw loss is back down. So a
+    fast EWMA (over a quarter of the span) is compared with the excursion's
+    peak: once it has fallen `recovery` of the way from that peak towards the
+    best, the series is recovering and the verdict is quiet, which restarts
+    the rule's `for`. Divergence keeps setting new peaks, or holds a high
+    plateau, and stays active; the `for` then only has to outlast a burst.
+    """
+
+    __slots__ = (
+        "alpha",
+        "best",
+        "best_step",
+        "count",
+        "ewma",
+        "fast",
+        "fast_alpha",
+        "peak",
+        "spec",
+    )
 
     def __init__(self, spec: Rise) -> None:
         self.spec = spec
         self.alpha = 2.0 / (spec.smoothing + 1.0)
+        self.fast_alpha = 2.0 / (max(1, spec.smoothing // 4) + 1.0)
         self.ewma = math.nan
+        self.fast = math.nan
         self.best = math.nan
         self.best_step = 0
         self.count = 0
+        self.peak = math.nan  # highest smoothed level of the current excursion
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if math.isnan(value):
@@ -105,22 +131,33 @@ class RiseCondition:
         if math.isinf(value):
             value = math.copysign(1e300, value)  # an infinite loss diverged; keep the sums finite
         self.count += 1
-        self.ewma = value if math.isnan(self.ewma) else self.ewma + self.alpha * (value - self.ewma)
+        if math.isnan(self.ewma):
+            self.ewma = self.fast = value
+        else:
+            self.ewma += self.alpha * (value - self.ewma)
+            self.fast += self.fast_alpha * (value - self.fast)
         if self.count <= self.spec.skip + self.spec.smoothing // 2:
             return None
         if math.isnan(self.best) or self.ewma < self.best:
             self.best, self.best_step = self.ewma, step
+            self.peak = math.nan
             return QUIET
         rise = self.ewma - self.best
-        hit = rise > (self.spec.factor - 1.0) * abs(self.best) and rise > self.spec.min_delta
-        return ACTIVE if hit else QUIET
+        if not (rise > (self.spec.factor - 1.0) * abs(self.best) and rise > self.spec.min_delta):
+            self.peak = math.nan
+            return QUIET
+        if math.isnan(self.peak) or self.ewma > self.peak:
+            self.peak = self.ewma
+        recovery = self.spec.recovery
+        recovering = recovery > 0 and self.fast < self.peak - recovery * (self.peak - self.best)
+        return QUIET if recovering else ACTIVE
 
     def evidence(self) -> str:
         ratio = self.ewma / self.best if self.best > 0 else math.nan
         times = f"×{ratio:.3g} " if math.isfinite(ratio) else ""
         return (
-            f"smoothed level {fmt(self.ewma)} is {times}its best {fmt(self.best)} "
-            f"(step {self.best_step}; EWMA over {self.spec.smoothing} points)"
+            f"is rising: its smoothed level {fmt(self.ewma)} (EWMA over {self.spec.smoothing} "
+            f"points) is {times}its best {fmt(self.best)}, from step {self.best_step}"
         )
 
 
@@ -190,10 +227,10 @@ class BaselineCondition:
 
     def evidence(self) -> str:
         kind = "rolling" if self.spec.rolling else "learned"
-        ratio = f", ×{self.value / self.med:.3g} the median" if self.med > 0 else ""
+        ratio = f"×{self.value / self.med:.3g} " if self.med > 0 else ""
         return (
-            f"is {fmt(self.value)}: robust z {self.z:.3g} against the run's {kind} baseline "
-            f"(median {fmt(self.med)}, MAD {fmt(self.mad)} over {len(self.ring)} points{ratio})"
+            f"is {fmt(self.value)}, {ratio}the median {fmt(self.med)} of the run's {kind} "
+            f"baseline (robust z {self.z:.3g}; MAD {fmt(self.mad)} over {len(self.ring)} points)"
         )
 
 
@@ -251,7 +288,8 @@ class PairCondition:
         spec, name = self.spec, self.spec.other
         parts = [f"is {fmt(self.value)} while {name} is {fmt(self.other)}"]
         if spec.ratio_above is not None and self.other > 0:
-            parts.append(f"×{self.value / self.other:.3g} {name} (limit ×{fmt(spec.ratio_above)})")
+            ratio = self.value / self.other
+            parts.append(f"a ratio of ×{ratio:.3g} (limit ×{fmt(spec.ratio_above)})")
         if spec.gap_above is not None:
             parts.append(f"gap {fmt(self.value - self.other)} (limit {fmt(spec.gap_above)})")
         if spec.rise_from_best is not None and self.best:
