@@ -210,3 +210,12 @@ def test_load_rules_raises_with_the_errors_of_every_file(tmp_path: Path) -> None
         load_rules([str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")])
     assert len(caught.value.errors) == 2
     assert "did you mean `rules`?" in caught.value.errors[1]
+
+
+def test_a_rules_directory_loads_the_pack_not_its_tests(tmp_path) -> None:
+    from trainsentry.rules.loader import expand_paths
+
+    (tmp_path / "tests").mkdir()
+    for name in ("pack.yaml", "tests/pack_test.yaml", "other_test.yaml"):
+        (tmp_path / name).write_text("rules: []\n")
+    assert expand_paths([str(tmp_path)]) == [str(tmp_path / "pack.yaml")]

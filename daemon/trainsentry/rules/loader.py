@@ -255,13 +255,26 @@ def parse_text(text: str, name: str = "<rules>") -> ParsedFile:
     return parsed
 
 
+def is_rule_test_file(path: Path) -> bool:
+    """Rule unit tests live beside their pack (`rules/tests/*_test.yaml`) but are not rules."""
+    return path.stem.endswith("_test") or "tests" in path.parts
+
+
 def expand_paths(paths: list[str]) -> list[str]:
-    """Directories become the rule files under them, sorted; `default` stays as is."""
+    """Directories become the rule files under them, sorted; `default` stays as is.
+
+    Files named explicitly are always taken; inside a directory, rule test
+    files are skipped so `--rules rules/` loads the pack, not its tests.
+    """
     out: list[str] = []
     for raw in paths:
         path = Path(raw)
         if raw != DEFAULT_PACK and path.is_dir():
-            out.extend(str(p) for p in sorted(path.rglob("*")) if p.suffix in (".yaml", ".yml"))
+            out.extend(
+                str(p)
+                for p in sorted(path.rglob("*"))
+                if p.suffix in (".yaml", ".yml") and not is_rule_test_file(p.relative_to(path))
+            )
         else:
             out.append(raw)
     return out
