@@ -134,6 +134,14 @@ class Watcher:
     def stop(self) -> None:
         obs = self._observer
         if obs is not None:
-            obs.stop()  # type: ignore[attr-defined]
-            obs.join(timeout=5)  # type: ignore[attr-defined]
+            # watchdog logs "queue_events() called when the thread is inactive" at
+            # ERROR when an event races the stop; harmless, and not the user's concern.
+            wd_log = logging.getLogger("watchdog")
+            level = wd_log.level
+            wd_log.setLevel(logging.CRITICAL)
+            try:
+                obs.stop()  # type: ignore[attr-defined]
+                obs.join(timeout=5)  # type: ignore[attr-defined]
+            finally:
+                wd_log.setLevel(level)
             self._observer = None
