@@ -15,4 +15,5 @@ USER trainsentry
 ENV TRAINSENTRY_STATE_DIR=/var/lib/trainsentry
 VOLUME ["/var/lib/trainsentry"]
 # Most clusters keep logs on NFS/Lustre, where inotify sees no writes from other hosts.
-ENTRYPOINT ["trainsentry", "run", "/logs"]
+ENTRYPOINT ["trainsentry"]
+CMD ["run", "/logs"]
