@@ -1,49 +1,28 @@
-"""A compact series notation for rule tests, promtool-style, on an explicit step axis.
+"""The series notation of rule tests (`trainsentry.rules.notation`), and helpers on top of it.
 
 `values("0 1 2 nan _ 5")` is six slots: numbers, `nan`/`inf`/`-inf`, and `_`
 for "nothing logged at this step". `a+bxn` expands to n+1 values a, a+b, ...
 (promtool's notation), `a-bxn` counts down, `axn` repeats a n+1 times and
 `a*rxn` is geometric (a, a·r, a·r², ...) — the shape of a diverging gradient
-norm. The other rule test modules import these helpers.
+norm. The other rule test modules import the helpers below.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import textwrap
+
+import pytest
 
 from trainsentry.point import Point
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import parse_text
 from trainsentry.rules.model import RuleSet
+from trainsentry.rules.notation import NotationError, samples, slots, values
+from trainsentry.ruletest.spec import WALL0
 
-WALL0 = 1_700_000_000.0
-_TERM = re.compile(
-    r"^(?P<a>[-+]?[\d.e]+|nan|inf|-inf|_)(?:(?P<op>[-+*])(?P<b>[\d.e]+))?x(?P<n>\d+)$"
-)
-
-
-def values(spec: str) -> list[float | None]:
-    out: list[float | None] = []
-    for token in spec.split():
-        match = _TERM.match(token)
-        if match is None:
-            out.append(None if token == "_" else float(token))
-            continue
-        a, op, b, n = match["a"], match["op"], match["b"], int(match["n"])
-        if a == "_":
-            out.extend([None] * n)
-            continue
-        start = float(a)
-        step = float(b) if b else 0.0
-        for i in range(n + 1):
-            if op == "*":
-                out.append(start * step**i)
-            else:
-                out.append(start + (step if op != "-" else -step) * i)
-    return out
+__all__ = ["WALL0", "evaluate", "merge", "points", "ruleset", "timeline", "values"]
 
 
 def points(
@@ -56,12 +35,10 @@ def points(
     seconds_per_step: float = 1.0,
 ) -> list[Point]:
     """Points at steps start, start+every, ...; wall time follows the step."""
-    out = []
-    for i, value in enumerate(values(spec)):
-        step = start + i * every
-        if value is not None:
-            out.append(Point(run, tag, step, WALL0 + step * seconds_per_step, value))
-    return out
+    return [
+        Point(run, tag, step, WALL0 + step * seconds_per_step, value)
+        for step, value in samples(spec, start=start, interval=every)
+    ]
 
 
 def merge(*series: list[Point]) -> list[Point]:
@@ -109,3 +86,36 @@ def test_points_skip_gaps_but_keep_the_step_axis() -> None:
     got = points("1 _ 3", every=10, start=100)
     assert [(p.step, p.value) for p in got] == [(100, 1.0), (120, 3.0)]
     assert got[1].wall_time - got[0].wall_time == 20.0
+
+
+def test_a_step_prefix_places_a_term_and_later_slots_follow_it() -> None:
+    got = slots("1 100:5 6 200:nan", interval=10)
+    assert [(s.step, s.value) for s in got][:3] == [(0, 1.0), (100, 5.0), (110, 6.0)]
+    assert got[3].step == 200 and math.isnan(got[3].value or 0.0)
+    assert samples("1000:1*2x2", interval=5) == [(1000, 1.0), (1005, 2.0), (1010, 4.0)]
+
+
+def test_a_group_repeats_like_a_single_value_n_plus_one_times() -> None:
+    assert values("(1 2)x2") == [1.0, 2.0, 1.0, 2.0, 1.0, 2.0]
+    assert values("(0 (5)x1)x1 _") == [0.0, 5.0, 5.0, 0.0, 5.0, 5.0, None]
+
+
+def test_scientific_notation_works_inside_expansions() -> None:
+    assert values("1e-3-1e-4x2") == pytest.approx([1e-3, 9e-4, 8e-4])
+    assert values("1e3*1e-1x1 NaN -inf")[:2] == [1000.0, 100.0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "offset", "words"),
+    [
+        ("1 2 3x", 4, "cannot read `3x`"),
+        ("1 1+1", 2, "needs a count"),
+        ("0 _+1x3", 2, "a gap `_` takes no"),
+        ("1 (2 3", 2, "closing `)`"),
+        ("(1 5:2)x3", 3, "no `STEP:` inside"),
+    ],
+)
+def test_a_bad_token_is_reported_with_its_offset(spec: str, offset: int, words: str) -> None:
+    with pytest.raises(NotationError) as caught:
+        values(spec)
+    assert caught.value.offset == offset and words in str(caught.value)

@@ -22,6 +22,7 @@ from trainsentry import __version__
 from trainsentry.point import Point
 
 if TYPE_CHECKING:
+    from trainsentry.alerts.route import Route
     from trainsentry.rules.model import RuleSet
 
 
@@ -52,6 +53,54 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
     return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
+def _rate(text: str) -> tuple[int, float] | None:
+    if text in ("0", "none", "off"):
+        return None
+    count, _, period = text.partition("/")
+    try:
+        n, seconds = int(count), float(period)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected COUNT/SECONDS like 10/600, got {text!r}"
+        ) from None
+    if n < 1 or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected COUNT >= 1 and SECONDS > 0, got {text!r}")
+    return n, seconds
+
+
+def _routes(args: argparse.Namespace) -> list[Route]:
+    """--notify and --alertmanager as routes; a bad one is a usage error naming it (masked)."""
+    from trainsentry.alerts.route import RouteError, parse_alertmanager, parse_notify
+
+    timing = {
+        "group_wait": getattr(args, "group_wait", 30.0),
+        "repeat_interval": getattr(args, "repeat_interval", 4 * 3600.0),
+        "rate_limit": getattr(args, "rate_limit", (10, 600.0)),
+        "timeout": args.notify_timeout,
+    }
+    try:
+        routes = [parse_notify(u, **timing) for u in (args.notify or [])]
+        routes += [parse_alertmanager(u, args.notify_timeout) for u in (args.alertmanager or [])]
+    except RouteError as exc:
+        raise UsageError(str(exc)) from None
+    seen: set[str] = set()
+    for route in routes:
+        if route.receiver in seen:
+            raise UsageError("the same notification URL is given twice")
+        seen.add(route.receiver)
+    return routes
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
@@ -106,6 +155,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_test(args: argparse.Namespace) -> int:
+    from trainsentry.ruletest.command import run_tests
+
+    _existing(args.paths)
+    junit = Path(args.junit) if args.junit else None
+    return run_tests(
+        args.paths, out=sys.stdout, junit=junit, select=args.k, verbose=args.list_passing
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from trainsentry.demo import run_demo
+
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None and keep.exists() and any(keep.iterdir()):
+        raise UsageError(f"--keep {keep}: the directory is not empty; give a new or empty one")
+    return run_demo(
+        out=sys.stdout, fast=args.fast, healthy_steps=args.steps, keep=keep, notify=args.notify
+    )
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from trainsentry.reading import iter_points
     from trainsentry.replay import replay
@@ -121,7 +191,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from trainsentry.alerts.notifier import Notifier
+    from trainsentry.alerts.outbox import Outbox
     from trainsentry.rules.engine import Engine
+    from trainsentry.rules.lifecycle import Transition
     from trainsentry.runtime import Daemon
     from trainsentry.shutdown import on_stop, signals_deferred
     from trainsentry.sinks.terminal import AlertPrinter
@@ -129,19 +202,51 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainsentry.store import Store
 
     paths = _existing(args.paths or ["."])
+    routes = _routes(args)
     engine = Engine(_load_rules(args.rules))
     state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
     try:
         state = StateDB(state_dir / "state.db")
+        outbox = Outbox(state_dir / "state.db")
     except Exception as exc:
         raise UsageError(f"cannot open state dir {state_dir}: {exc}") from None
     store = Store()
     alerts_jsonl = Path(args.alerts_jsonl) if args.alerts_jsonl else None
-    printer = AlertPrinter(since=time.time() - args.history, jsonl_path=alerts_jsonl)
+    since = time.time() - args.history
+    printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
+
+    def run_meta(run: str) -> dict[str, object]:
+        directory = daemon.run_dir(run)
+        return {
+            "run": run,
+            "dir": str(directory) if directory else None,
+            "files": [str(p) for p in daemon.run_files(run)],
+            "series": {
+                tag: {"points": s.count, "segments": s.segment + 1, "last_step": s.last.step}
+                for tag, s in sorted(store.series(run).items())
+            },
+        }
+
+    notifier = Notifier(
+        routes,
+        outbox,
+        state_dir=state_dir,
+        store=store,
+        rule_of=lambda name: next((r for r in engine.rules if r.name == name), None),
+        run_dir=lambda run: daemon.run_dir(run),
+        run_meta=run_meta,
+        since=since,
+        link_template=args.link_template,
+        control_dir=Path(args.control_dir).absolute() if args.control_dir else None,
+    )
+
+    def deliver(transitions: list[Transition]) -> None:
+        printer(transitions)
+        notifier.submit(transitions)
 
     def evaluate(points: list[Point]) -> None:
         store.extend(points)
-        printer(engine.feed_all(points))
+        deliver(engine.feed_all(points))
 
     def print_points(points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
@@ -150,8 +255,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     def released(run: str) -> None:
+        deliver(engine.finish(run, "run deleted"))
         store.release_run(run)
-        printer(engine.finish(run, "run deleted"))
+
+    def on_cycle() -> None:
+        deliver(engine.tick(time.time()))
+        notifier.tick()
 
     sinks = [evaluate, print_points] if args.verbose >= 2 else [evaluate]
     daemon = Daemon(
@@ -160,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sinks,
         poll=args.poll,
         on_release=released,
-        on_cycle=lambda: printer(engine.tick(time.time())),
+        on_cycle=on_cycle,
     )
     on_stop(daemon.stop)
     where = ", ".join(str(p) for p in paths)
@@ -169,10 +278,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"(state in {state_dir})",
         flush=True,
     )
+    for lane in notifier.lanes.values():
+        if lane.route.kind != "command":
+            print(f"trainsentry: notifying {lane.sink.name}", flush=True)
+    notifier.start()
     try:
         daemon.run_forever()
     finally:
         printer.close()
+        notifier.close()
     hidden = f", {printer.hidden} historical transition(s) not shown" if printer.hidden else ""
     print(
         f"trainsentry: stopped after reading {daemon.stats.points} points "
@@ -180,6 +294,54 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def cmd_notify_test(args: argparse.Namespace) -> int:
+    from trainsentry.alerts.sample import send_sample
+
+    args.notify = args.urls
+    routes = _routes(args)
+    if not routes:
+        raise UsageError("give at least one URL or --alertmanager URL")
+    failed = 0
+    for name, result in send_sample(routes, args.link_template):
+        if result.ok:
+            print(f"ok      {name}")
+        else:
+            failed += 1
+            kind = "retryable" if result.retryable else "not retryable"
+            print(f"FAILED  {name}: {result.error} ({kind})")
+    return 1 if failed else 0
+
+
+def _route_arguments(group: argparse._ActionsContainer, positional: bool = False) -> None:
+    if not positional:
+        group.add_argument(
+            "--notify",
+            action="append",
+            metavar="[SEVERITY:]URL",
+            help="apprise URL (repeatable); 'critical:URL' for criticals only; "
+            "env:NAME or @FILE read it from there",
+        )
+    group.add_argument(
+        "--alertmanager",
+        action="append",
+        metavar="URL",
+        help="push to this Alertmanager's /api/v2/alerts (repeatable: every instance)",
+    )
+    group.add_argument(
+        "--link-template",
+        metavar="TEMPLATE",
+        help="link in messages, e.g. 'http://tb:6006/#scalars&regexInput={run}' "
+        "({run} {rule} {metric} {step})",
+    )
+    group.add_argument(
+        "--notify-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="connect/read timeout of each send (default 10)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +378,40 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-v", "--verbose", action="count", default=0, help="-v: log reads; -vv: print points"
     )
+    notify = run.add_argument_group("notifications")
+    _route_arguments(notify)
+    notify.add_argument(
+        "--group-wait",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="warnings wait this long to be batched per run (default 30; criticals go at once)",
+    )
+    notify.add_argument(
+        "--repeat-interval",
+        type=_seconds,
+        default=4 * 3600.0,
+        metavar="SECONDS",
+        help="repeat a still-firing alert after this long (default 14400; 0: never)",
+    )
+    notify.add_argument(
+        "--rate-limit",
+        type=_rate,
+        default=(10, 600.0),
+        metavar="COUNT/SECONDS",
+        help="at most COUNT messages per SECONDS per receiver (default 10/600; 'off')",
+    )
+    notify.add_argument(
+        "--control-dir",
+        metavar="DIR",
+        help="write stop files under DIR/<run>/.trainsentry/ instead of the run directories",
+    )
     run.set_defaults(func=cmd_run)
+
+    test = sub.add_parser("notify-test", help="send a sample alert through routes, report each")
+    test.add_argument("urls", nargs="*", metavar="URL", help="[warning:|critical:]apprise URL")
+    _route_arguments(test, positional=True)
+    test.set_defaults(func=cmd_notify_test)
 
     dump = sub.add_parser("dump", help="print the points as parsed")
     dump.add_argument("paths", nargs="+", metavar="PATH")
@@ -232,6 +427,30 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="lint rule files: every error as file:line:col")
     check.add_argument("paths", nargs="+", metavar="PATH")
     check.set_defaults(func=cmd_check)
+
+    test = sub.add_parser("test", help="run rule unit tests (promtool-style, on a step axis)")
+    test.add_argument("paths", nargs="+", metavar="FILE", help="test files or directories of them")
+    test.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report here")
+    test.add_argument("-k", metavar="TEXT", help="only the cases whose name contains TEXT")
+    test.add_argument(
+        "-v", "--verbose", dest="list_passing", action="store_true", help="list passing cases too"
+    )
+    test.set_defaults(func=cmd_test)
+
+    demo = sub.add_parser("demo", help="watch a simulated training job diverge (under a minute)")
+    demo.add_argument("--fast", action="store_true", help="run in a few seconds (for tests)")
+    demo.add_argument(
+        "--steps",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="healthy training steps before the learning-rate ramp (default 1000)",
+    )
+    demo.add_argument("--keep", metavar="DIR", help="write the logs under DIR and keep them")
+    demo.add_argument(
+        "--notify", action="append", metavar="URL", help="show where alerts would be sent"
+    )
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -191,5 +191,19 @@ class Daemon:
             if self._on_release is not None:
                 self._on_release(run)
 
+    # -- what the notification stage asks about a run -------------------------
+
+    def run_files(self, run: str) -> list[Path]:
+        """The log files followed for a run (for incident bundles)."""
+        return sorted(t.log.path for t in self._tails.values() if t.log.run == run)
+
+    def run_dir(self, run: str) -> Path | None:
+        """The run's directory (where its stop file goes); None once it was released."""
+        for tail in self._tails.values():
+            if tail.log.run == run:
+                directory = tail.log.path.parent
+                return directory.parent if tail.log.tag_prefix else directory
+        return None
+
     def _save(self) -> None:
         self.state.save_offsets(t.checkpoint() for t in self._tails.values())

@@ -1,8 +1,10 @@
 """The daemon's memory across restarts: one SQLite file in the state dir.
 
 SQLite rather than a JSON checkpoint file: offsets of thousands of files are
-updated every second, alert states and the notification outbox (later) need
-transactions with them, and a WAL-mode commit is atomic and cheap.
+updated every second, the notification outbox needs transactions of its own,
+and a WAL-mode commit is atomic and cheap. The outbox is written by the main
+loop and by the delivery workers through their own connections (alerts/outbox.py);
+WAL lets them read while another writes, and a busy timeout queues the writers.
 """
 
 from __future__ import annotations
@@ -26,7 +28,52 @@ CREATE TABLE IF NOT EXISTS offsets (
     decoder_state TEXT NOT NULL,
     updated REAL NOT NULL
 );
+-- One row per notification (a transition, or a repeat, for one receiver), written
+-- before it is sent. `key` is the idempotency key: a transition re-derived after a
+-- crash maps to the same row, so a confirmed one (`sent` set) is never sent again.
+-- Receivers are named by a hash of their URL: secrets never reach the disk here.
+CREATE TABLE IF NOT EXISTS outbox (
+    key TEXT PRIMARY KEY,
+    receiver TEXT NOT NULL,
+    run TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created REAL NOT NULL,
+    due REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    sent REAL,
+    failed REAL
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (receiver, run)
+    WHERE sent IS NULL AND failed IS NULL;
+-- The sent log: one row per message delivered, so rate limits hold across restarts.
+CREATE TABLE IF NOT EXISTS deliveries (
+    receiver TEXT NOT NULL,
+    sent REAL NOT NULL,
+    notifications INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deliveries_by_receiver ON deliveries (receiver, sent);
 """
+
+BUSY_TIMEOUT_SECONDS = 30.0
+
+
+def connect(path: Path | str) -> sqlite3.Connection:
+    """A connection in autocommit mode on the state file, tables created.
+
+    Each thread that writes (the main loop, every delivery worker) has its own:
+    one connection shared between threads would interleave their transactions.
+    """
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(
+        str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
+    )
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)
+    return db
 
 
 @dataclass(slots=True)
@@ -44,12 +91,8 @@ class Checkpoint:
 
 class StateDB:
     def __init__(self, path: Path | str) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self.path = Path(path) if str(path) != ":memory:" else None
+        self._db = connect(path)
 
     def load_offsets(self) -> dict[str, Checkpoint]:
         rows = self._db.execute(
@@ -96,11 +139,13 @@ class StateDB:
     def close(self) -> None:
         self._db.close()
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+    def _transaction(self) -> Transaction:
+        return Transaction(self._db)
 
 
-class _Transaction:
+class Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (or ROLLBACK on error): the write lock is taken up front."""
+
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 

@@ -199,6 +199,19 @@ class Spike:
     settle: int = 1  # points back within normal that end a spike episode
 
 
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What a firing rule does besides notifying; opt-in per rule (alerts/notifier.py).
+
+    `stop` writes the run's stop file (actions/stop_file.py); `command` runs an
+    argument list, never a shell, with the alert in its environment.
+    """
+
+    kind: Literal["stop", "command"]
+    command: tuple[str, ...] = ()
+    timeout: float = 30.0  # seconds, command only
+
+
 Condition = (
     NonFinite | Threshold | Plateau | Rise | Pair | Baseline | Throughput | NoData | Growth | Spike
 )
@@ -218,6 +231,7 @@ class Rule:
     message: str | None = None  # str.format template; see lifecycle.MESSAGE_FIELDS
     runbook: str | None = None
     min_step: int = 0  # points before this step are not evaluated
+    actions: tuple[Action, ...] = ()  # run once when the alert first fires
     origin: str = field(default="", compare=False)  # "file:line" for humans
 
     @property

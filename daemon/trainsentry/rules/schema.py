@@ -210,6 +210,17 @@ CONDITIONS: dict[str, type[Strict]] = {
 }
 
 
+class CommandActionSpec(Strict):
+    command: list[str] = Field(min_length=1)  # argument list, no shell
+    timeout: Positive = 30.0  # seconds
+
+
+def _action(spec: Literal["stop"] | CommandActionSpec) -> m.Action:
+    if isinstance(spec, CommandActionSpec):
+        return m.Action("command", tuple(spec.command), spec.timeout)
+    return m.Action("stop")
+
+
 class RuleSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
     metric: str | list[str] | None = None
@@ -222,6 +233,7 @@ class RuleSpec(Strict):
     message: str | None = None
     runbook: str | None = None
     min_step: int = Field(0, ge=0)
+    actions: list[Literal["stop"] | CommandActionSpec] = []
     enabled: bool = True
     non_finite: NonFiniteSpec | None = None
     threshold: ThresholdSpec | None = None
@@ -310,6 +322,7 @@ class RuleSpec(Strict):
             message=self.message,
             runbook=self.runbook,
             min_step=self.min_step,
+            actions=tuple(_action(a) for a in self.actions),
             origin=origin,
         )
 

@@ -1,1 +1,3 @@
-"""Where alert transitions go: the terminal, a JSON-lines file (later apprise, Alertmanager)."""
+"""Where alerts go: the terminal and a JSON-lines file (terminal.py), any apprise URL
+(apprise_sink.py) and Alertmanager (alertmanager.py). The network sinks are driven
+by the outbox's delivery workers (alerts/dispatch.py), never by the main loop."""

@@ -1,0 +1,75 @@
+"""A command run when a rule fires: page a human, scancel a job, snapshot a node.
+
+An argument list, never a shell: alert text comes from log files other
+people write, and must not become shell syntax. The alert travels in
+environment variables (TRAINSENTRY_RUN, _RULE, _SEVERITY, _STEP, _METRIC,
+_VALUE, _MESSAGE, _RUN_DIR, and the whole alert as JSON in TRAINSENTRY_ALERT).
+
+It runs in the outbox's action worker, not the main loop, with a timeout; a
+failure (non-zero exit, timeout, missing program) is logged and recorded, not
+retried and never fatal: a command is not idempotent the way a message is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+from trainsentry.sinks.base import Message, SendResult
+
+OUTPUT_KEPT = 300
+
+
+def alert_environment(alert: dict[str, Any], run_dir: str | None) -> dict[str, str]:
+    env = {
+        f"TRAINSENTRY_{k.upper()}": str(alert.get(k, ""))
+        for k in ("run", "rule", "severity", "state", "step", "metric", "value", "message")
+    }
+    env["TRAINSENTRY_ALERT"] = json.dumps(alert, ensure_ascii=False)
+    env["TRAINSENTRY_RUN_DIR"] = run_dir or ""
+    return env
+
+
+def run_command(
+    argv: list[str], alert: dict[str, Any], timeout: float, run_dir: str | None = None
+) -> SendResult:
+    env = {**os.environ, **alert_environment(alert, run_dir)}
+    try:
+        done = subprocess.run(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return SendResult.fatal(f"{argv[0]}: timed out after {timeout:g}s")
+    except OSError as exc:
+        return SendResult.fatal(f"{argv[0]}: {exc.strerror or exc}")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode("utf-8", "replace").strip()[-OUTPUT_KEPT:]
+        return SendResult.fatal(f"{argv[0]}: exit status {done.returncode}: {tail}".rstrip(": "))
+    return SendResult.success()
+
+
+class CommandSink:
+    """The outbox receiver for command actions: one alert per message, its command in the row."""
+
+    name = "command action"
+    takes_attachments = False
+
+    def send(self, message: Message) -> SendResult:
+        for payload in message.alerts:
+            command = payload.get("command") or {}
+            result = run_command(
+                list(command.get("argv", [])),
+                payload["alert"],
+                float(command.get("timeout", 30.0)),
+                payload.get("run_dir"),
+            )
+            if not result.ok:
+                return result
+        return SendResult.success()

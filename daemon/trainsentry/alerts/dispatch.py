@@ -1,0 +1,160 @@
+"""Delivery workers: one thread per receiver, draining that receiver's outbox rows.
+
+Why one per receiver: an endpoint that is down or hangs must delay only its
+own notifications. With one worker for all, a Slack outage would hold the
+email and the Alertmanager pushes behind its timeouts. Within a receiver,
+messages go one at a time, in order, so a resolve never overtakes its firing.
+Neither runs on the main loop: reading and evaluating never wait for the
+network.
+
+A step is: respect the rate limit, take the next due batch, render, send,
+record the outcome. The outcome follows the notifier contract: confirmed →
+`sent`; retryable → back off (exponential, jittered) and keep; not
+retryable → given up and logged. `step(now)` does no waiting itself, so
+tests drive a worker with a fake clock, one step at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trainsentry.alerts import message as text
+from trainsentry.alerts.grouping import backoff, rate_allowed_at
+from trainsentry.alerts.outbox import Outbox, Pending
+from trainsentry.alerts.route import Route
+from trainsentry.sinks.base import Message, SendResult, Sink
+
+log = logging.getLogger(__name__)
+
+IDLE_CHECK_SECONDS = 60.0  # a worker with nothing due still looks this often
+
+
+def render(rows: list[Pending], attachments: bool, now: float) -> Message:
+    """Rows of one run (oldest first) → one message; plots only where they can go."""
+    payloads = [r.payload for r in rows]
+    files: list[Path] = []
+    if attachments:
+        from trainsentry.alerts.plot import plot_incident
+
+        for p in payloads:
+            bundle = p.get("incident")
+            if bundle and p["alert"]["state"] != "resolved":
+                try:
+                    png = plot_incident(Path(bundle))
+                except Exception as exc:  # evidence is a bonus; the message still goes
+                    log.warning("no plot for %s: %s", bundle, exc)
+                    png = None
+                if png is not None and png not in files:
+                    files.append(png)
+    return Message(
+        title=text.title(payloads),
+        body=text.body(payloads, now),
+        severity=text.message_severity(payloads),
+        attachments=tuple(files),
+        alerts=tuple(payloads),
+    )
+
+
+class Lane:
+    def __init__(
+        self,
+        route: Route,
+        sink: Sink,
+        outbox: Outbox,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: Callable[[], float] = random.random,
+        on_result: Callable[[Route, list[Pending], SendResult], object] | None = None,
+    ) -> None:
+        self.route = route
+        self.sink = sink
+        self.outbox = outbox
+        self._clock = clock
+        self._rng = rng
+        self._on_result = on_result
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.failed = 0
+
+    @property
+    def receiver(self) -> str:
+        return self.route.receiver
+
+    def step(self, now: float) -> float | None:
+        """Send at most one message if one is due; when to look next (None: nothing queued)."""
+        period = self.route.rate_limit[1] if self.route.rate_limit else 0.0
+        sent = self.outbox.deliveries_since(self.receiver, now - period) if period else []
+        allowed = rate_allowed_at(self.route, sent, now)
+        if allowed > now:
+            return allowed
+        rows = self.outbox.take(self.receiver, now, batch=self.route.batch)
+        if not rows:
+            return self.outbox.next_due(self.receiver)
+        try:
+            result = self.sink.send(render(rows, self.sink.takes_attachments, now))
+        except Exception as exc:  # a sink bug must not end the worker; the rows wait
+            log.exception("sending to %s failed", self.sink.name)
+            result = SendResult.retry(f"{type(exc).__name__}: {exc}")
+        done = self._clock()
+        keys = [r.key for r in rows]
+        if result.ok:
+            self.outbox.confirm(self.receiver, keys, done)
+            self.sent += 1
+            log.info("sent %d notification(s) to %s", len(rows), self.sink.name)
+        elif result.retryable:
+            attempts = max(r.attempts for r in rows)
+            wait = backoff(attempts, self._rng)
+            self.outbox.postpone(keys, done + wait, result.error)
+            log.warning(
+                "%s: %s; %d notification(s) kept, retry %d in %.0fs",
+                self.sink.name, result.error, len(rows), attempts + 1, wait,
+            )  # fmt: skip
+        else:
+            self.outbox.give_up(keys, result.error, done)
+            self.failed += 1
+            log.error("%s: %s; %d notification(s) dropped", self.sink.name, result.error, len(rows))
+        if self._on_result is not None:
+            self._on_result(self.route, rows, result)
+        return done
+
+    # -- the thread -----------------------------------------------------------
+
+    def start(self) -> None:
+        name = f"trainsentry-deliver-{self.route.kind}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """New rows were written: look now."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                nxt = self.step(self._clock())
+            except Exception:  # the state DB busy or full: keep the worker, try again later
+                log.exception("delivery worker for %s", self.sink.name)
+                nxt = self._clock() + 5.0
+            if self._stop.is_set():
+                break
+            wait = IDLE_CHECK_SECONDS if nxt is None else nxt - self._clock()
+            if wait > 0:
+                self._wake.wait(min(wait, IDLE_CHECK_SECONDS))

@@ -1,0 +1,114 @@
+"""When a notification may leave: group wait, repeat interval, rate limit, backoff.
+
+Alertmanager's timing, per run instead of per label set: a run that goes bad
+usually trips several rules within seconds (loss spike, gradient growth,
+non-finite), and one message saying so beats three. So warnings wait
+`group_wait` for company; criticals leave at once and take whatever of their
+run is waiting along (the outbox's `take`). A still-firing alert is said again
+after `repeat_interval`, so a page that scrolled away comes back. And a rate
+limit per receiver holds messages back when a flapping run would flood a
+channel; what is held leaves together, as one message per run.
+
+The waiting itself lives in the outbox rows (`due`), not in memory, so a
+warning held for its group wait survives a crash like any other row. Only the
+firing book (what is firing now, since when, who was told) is in memory: it
+is rebuilt from the engine's transitions, and the engine itself starts empty
+after a restart.
+
+Every function takes `now`: the delivery workers and the tests pass the clock
+in, so nothing here sleeps or reads the time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainsentry.alerts.route import Route
+
+BACKOFF_FIRST_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 300.0  # an endpoint down for a day is retried every ~5 minutes
+
+
+def due_time(route: Route, severity: str, now: float) -> float:
+    """Criticals at once; warnings (and resolves of warnings) after the group wait."""
+    return now if severity == "critical" else now + route.group_wait
+
+
+def rate_allowed_at(route: Route, sent_times: Sequence[float], now: float) -> float:
+    """The earliest time the receiver may take another message (now, if not limited).
+
+    `sent_times` are this receiver's deliveries within the last period, oldest
+    first (the outbox's sent log, so a restart does not reset the limit).
+    """
+    if route.rate_limit is None:
+        return now
+    count, period = route.rate_limit
+    recent = [t for t in sent_times if t > now - period]
+    if len(recent) < count:
+        return now
+    return recent[-count] + period
+
+
+def backoff(attempts: int, rng: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with jitter: 1 s, 2 s, 4 s ... capped at 5 minutes.
+
+    The jitter (50-100 % of the step) keeps daemons that lost the same
+    endpoint at the same moment from retrying in lockstep when it returns.
+    """
+    step = min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** min(max(0, attempts), 30))
+    return step * (0.5 + 0.5 * rng())
+
+
+@dataclass(slots=True)
+class Firing:
+    """One alert that is firing now, as the notifier told it."""
+
+    alert: dict[str, Any]  # the latest firing transition, as_dict()
+    since: float  # daemon clock when it first fired
+    shown: bool  # False for history older than the horizon: nobody was told
+    receivers: dict[str, float] = field(default_factory=dict)  # receiver → last told
+    repeats: dict[str, int] = field(default_factory=dict)  # receiver → repeats sent
+    extra: dict[str, Any] = field(default_factory=dict)  # incident, threshold, link...
+
+
+class FiringBook:
+    """What is firing, keyed like `Transition.key`: (run, rule, metric)."""
+
+    def __init__(self) -> None:
+        self._firing: dict[tuple[str, str, str], Firing] = {}
+
+    def fire(
+        self, key: tuple[str, str, str], alert: dict[str, Any], now: float, shown: bool
+    ) -> Firing:
+        """A firing or escalation: an escalation keeps `since` and whom it told."""
+        entry = self._firing.get(key)
+        if entry is None:
+            entry = self._firing[key] = Firing(alert, now, shown)
+        else:
+            entry.alert = alert
+            entry.shown = entry.shown or shown
+        return entry
+
+    def resolve(self, key: tuple[str, str, str]) -> Firing | None:
+        return self._firing.pop(key, None)
+
+    def get(self, key: tuple[str, str, str]) -> Firing | None:
+        return self._firing.get(key)
+
+    def due_repeats(self, routes: Sequence[Route], now: float) -> list[tuple[Firing, Route]]:
+        """(alert, route) pairs whose last message to that route is a repeat interval old."""
+        out = []
+        by_receiver = {r.receiver: r for r in routes}
+        for entry in self._firing.values():
+            for receiver, told in entry.receivers.items():
+                route = by_receiver.get(receiver)
+                repeat = route.repeat_interval if route is not None else 0.0
+                if route is not None and repeat > 0 and now - told >= repeat:
+                    out.append((entry, route))
+        return out
+
+    def __len__(self) -> int:
+        return len(self._firing)

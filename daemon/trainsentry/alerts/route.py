@@ -1,0 +1,126 @@
+"""A receiver (an apprise URL, an Alertmanager) and the alerts it wants.
+
+Routes come from the command line now (`--notify [SEVERITY:]URL`,
+`--alertmanager URL`) and from the config file later; both build this one
+object, so routing by labels and per-route timing are fields, not new code.
+
+A receiver is named in the state database by a hash of its URL: the outbox
+survives restarts without ever writing a webhook token or a password to disk,
+and changing a route's filter keeps its queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+RouteKind = Literal["apprise", "alertmanager", "command"]
+SEVERITY_RANK = {"warning": 1, "critical": 2}
+
+GROUP_WAIT_SECONDS = 30.0
+REPEAT_INTERVAL_SECONDS = 4 * 3600.0
+# Alertmanager forgets an alert at its endsAt; a firing one is re-sent this often
+# and asserted valid for four times as long (Prometheus' resend delay and factor).
+ALERTMANAGER_RESEND_SECONDS = 60.0
+RATE_LIMIT = (10, 600.0)  # messages per seconds, per receiver
+SEND_TIMEOUT_SECONDS = 10.0
+
+_SEVERITY_PREFIX = re.compile(r"^(warning|critical):(?!//)(.+)$", re.DOTALL)
+
+
+class RouteError(ValueError):
+    """A route the user wrote that cannot work; the message says why (without the secret)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    kind: RouteKind
+    url: str  # may hold secrets: never log it, use `name` (set by the sink) instead
+    min_severity: str = "warning"
+    match_labels: tuple[tuple[str, str], ...] = ()  # all must equal (config file, later)
+    group_wait: float = GROUP_WAIT_SECONDS  # warnings only; criticals go at once
+    repeat_interval: float = REPEAT_INTERVAL_SECONDS
+    rate_limit: tuple[int, float] | None = RATE_LIMIT
+    timeout: float = SEND_TIMEOUT_SECONDS
+    batch: bool = True  # several alerts of a run in one message
+
+    @property
+    def receiver(self) -> str:
+        return f"{self.kind}:{hashlib.sha256(self.url.encode()).hexdigest()[:16]}"
+
+    def accepts(self, severity: str, labels: dict[str, str]) -> bool:
+        if SEVERITY_RANK.get(severity, 2) < SEVERITY_RANK[self.min_severity]:
+            return False
+        return all(labels.get(k) == v for k, v in self.match_labels)
+
+
+def resolve_secret(text: str) -> str:
+    """`env:NAME` and `@FILE` keep a URL's secret out of the process list and shell history."""
+    if text.startswith("env:"):
+        name = text[4:]
+        value = os.environ.get(name)
+        if not value:
+            raise RouteError(f"environment variable {name} is not set")
+        return value.strip()
+    if text.startswith("@"):
+        try:
+            return Path(text[1:]).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise RouteError(f"cannot read {text[1:]}: {exc.strerror}") from None
+    return text
+
+
+def parse_notify(text: str, **timing: float) -> Route:
+    """`[warning:|critical:]URL|env:NAME|@FILE`: an apprise route, optionally critical-only."""
+    min_severity = "warning"
+    match = _SEVERITY_PREFIX.match(text)
+    if match:
+        min_severity, text = match.group(1), match.group(2)
+    url = resolve_secret(text)
+    if "://" not in url:
+        raise RouteError(f"not a notification URL: {mask_url(url)!r} (expected scheme://...)")
+    return Route("apprise", url, min_severity=min_severity, **timing)  # type: ignore[arg-type]
+
+
+def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Route:
+    url = resolve_secret(text)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RouteError(
+            f"not an Alertmanager URL: {mask_url(url)!r} (expected http(s)://host:port)"
+        )
+    return Route(
+        "alertmanager",
+        url.rstrip("/"),
+        group_wait=0.0,  # Alertmanager groups by itself
+        repeat_interval=ALERTMANAGER_RESEND_SECONDS,
+        rate_limit=None,
+        timeout=timeout,
+    )
+
+
+def mask_url(url: str) -> str:
+    """A URL fit for logs: password, token-like path segments and the query hidden.
+
+    Applied on top of apprise's own privacy form (`url(privacy=True)`), which
+    masks each service's known secrets but shows a generic webhook's path, and
+    a path is where many webhooks keep their token.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "****"
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}:****@{host}" if ":" in user else f"****@{host}"
+    path = "/".join(
+        "****" if len(seg) >= 12 and re.search(r"\d", seg) and "*" not in seg else seg
+        for seg in parts.path.split("/")
+    )
+    return urlunsplit((parts.scheme, netloc, path, "…" if parts.query else "", ""))

@@ -1,0 +1,351 @@
+"""A rule test file, read with the rule loader's marks so every error says file:line:col.
+
+A test that cannot be read must fail as loudly as a rule that cannot: an
+expectation naming a misspelt rule would otherwise pass forever by expecting
+nothing of a rule that does not exist. So rule names in expectations are
+checked against the loaded rules, series notation errors point at the bad
+token inside the string, and unknown keys get "did you mean".
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from trainsentry.point import Point
+from trainsentry.rules.loader import (
+    DEFAULT_PACK,
+    RuleFileError,
+    _build,
+    _Document,
+    _Path,
+    _wording,
+    load_rules,
+)
+from trainsentry.rules.model import RuleSet
+from trainsentry.rules.notation import NotationError, slots
+from trainsentry.rules.schema import Strict
+
+WALL0 = 1_700_000_000.0  # wall time of step 0: 2023-11-14, any fixed instant would do
+Substrings = str | list[str]
+
+
+class SeriesSpec(Strict):
+    values: str
+    start: int | None = None
+    interval: int | None = Field(None, ge=1)
+
+
+class ExpectedAlert(Strict):
+    """What an expected alert must match; keys left out match anything."""
+
+    rule: str
+    severity: Literal["warning", "critical"] | None = None
+    metric: str | None = None  # the raw tag
+    labels: dict[str, str] = Field(default_factory=dict)  # a subset of the alert's labels
+    message: Substrings | None = None  # substring(s) of the message
+
+
+class ExpectedTransition(ExpectedAlert):
+    step: int
+    state: Literal["firing", "resolved"] = "firing"
+    reason: str | None = None  # substring of a resolve's reason ("recovered", "data stopped")
+    escalated_from: Literal["warning"] | None = None
+
+
+class ExpectAtSpec(Strict):
+    step: int
+    firing: list[ExpectedAlert] = Field(default_factory=list)
+
+
+class CaseSpec(Strict):
+    name: str
+    run: str = "test/run"
+    start: int = Field(0, ge=0)
+    interval: int = Field(1, ge=1)
+    seconds_per_step: float | str = 1.0  # or a pace series on the case's slots
+    series: dict[str, str | SeriesSpec]
+    only: list[str] | None = None
+    finish: bool = False
+    expect_transitions: list[ExpectedTransition] | None = None
+    expect_at: list[ExpectAtSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _expects_something(self) -> CaseSpec:
+        if self.expect_transitions is None and not self.expect_at:
+            raise ValueError("a test needs `expect_transitions` (use [] for none) or `expect_at`")
+        return self
+
+
+class TestFileSpec(Strict):
+    rule_files: list[str] = Field(min_length=1)
+    tests: list[CaseSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test case, ready to run: its points in feed order and its expectations."""
+
+    name: str
+    where: str  # "file:line" of the case, for reports
+    run: str
+    points: list[Point]
+    ticks: list[tuple[int, float]]  # (step, wall) of every slot, gaps included: the live clock
+    only: frozenset[str] | None
+    finish: bool
+    expect_transitions: list[ExpectedTransition] | None
+    expect_at: list[ExpectAtSpec]
+
+
+@dataclass(frozen=True)
+class TestFile:
+    path: str
+    rules: RuleSet
+    cases: list[Case]
+
+
+class TestFileError(Exception):
+    """Every problem found in a test file, each "file:line:col: message"."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+def _allowed(loc: _Path) -> list[str]:
+    current: Any = TestFileSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not _is_model(current) or part not in current.model_fields:
+            return []
+        current = _model_in(current.model_fields[part].annotation)
+    return list(current.model_fields) if _is_model(current) else []
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside list[...] / X | None / dict[str, X | Model], if any."""
+    stack = [annotation]
+    while stack:
+        tp = stack.pop()
+        if _is_model(tp):
+            return tp
+        stack.extend(getattr(tp, "__args__", ()))
+    return None
+
+
+def _report(exc: ValidationError, doc: _Document) -> None:
+    seen: set[_Path] = set()
+    for err in exc.errors():
+        loc: _Path = tuple(err["loc"])
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed(loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+            hint = (
+                f"did you mean `{close[0]}`?" if close else f"expected one of: {', '.join(allowed)}"
+            )
+            doc.error(doc.keys.get(loc), f"unknown key `{loc[-1]}`; {hint}")
+            continue
+        if err["type"] == "missing":
+            doc.error(doc.values.get(loc[:-1]), f"missing required key `{loc[-1]}`")
+            continue
+        known = loc
+        while known and known not in doc.values and known not in doc.keys:
+            known = known[:-1]
+        if known in seen:  # one error per spot: `str | SeriesSpec` fails twice
+            continue
+        seen.add(known)
+        doc.error(doc.values.get(known) or doc.keys.get(known), _wording(err))
+
+
+def _token_mark(mark: yaml.Mark, spec: str, offset: int) -> yaml.Mark:
+    """Move `mark` onto the token at `offset` when the scalar sits on one line as written."""
+    buffer, pointer = mark.buffer, mark.pointer
+    if buffer is None:
+        return mark
+    opened = 1 if buffer[pointer : pointer + 1] in ("'", '"') else 0
+    begin = pointer + opened
+    if buffer[begin : begin + offset] != spec[:offset]:
+        return mark
+    return yaml.Mark(
+        mark.name,
+        mark.index + opened + offset,
+        mark.line,
+        mark.column + opened + offset,
+        buffer,
+        pointer + opened + offset,
+    )
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Wall time of a step, from a pace (seconds per step) that may change along the run.
+
+    A constant pace is the common case; a pace series (`"0.5x99 3.5x50"`) is how
+    a test slows a run down or makes it hang for the throughput and stall rules.
+    Slot k's pace holds from its step up to the next slot's.
+    """
+
+    steps: list[int]
+    paces: list[float]
+    offsets: list[float]  # wall time (from WALL0) at each slot's step
+
+    @classmethod
+    def build(cls, start: int, paces: list[tuple[int, float]]) -> Clock:
+        steps, rates, offsets = [start], [paces[0][1]], [0.0]
+        for step, pace in paces:
+            if step <= steps[-1]:
+                rates[-1] = pace
+                continue
+            offsets.append(offsets[-1] + (step - steps[-1]) * rates[-1])
+            steps.append(step)
+            rates.append(pace)
+        return cls(steps, rates, offsets)
+
+    def wall(self, step: int) -> float:
+        k = max(0, bisect.bisect_right(self.steps, step) - 1)
+        return WALL0 + self.offsets[k] + (step - self.steps[k]) * self.paces[k]
+
+
+def _clock(spec: CaseSpec, doc: _Document, where: _Path) -> Clock | None:
+    pace = spec.seconds_per_step
+    if isinstance(pace, float | int):
+        if pace <= 0:
+            doc.error(doc.values.get(where), f"seconds_per_step must be positive, got {pace}")
+            return None
+        return Clock([spec.start], [float(pace)], [0.0])
+    mark = doc.values.get(where)
+    try:
+        got = slots(pace, start=spec.start, interval=spec.interval)
+    except NotationError as exc:
+        doc.error(_token_mark(mark, pace, exc.offset) if mark else None, str(exc))
+        return None
+    paces = [(s.step, s.value) for s in got if s.value is not None]
+    if not paces or any(not (v > 0 and math.isfinite(v)) for _, v in paces):
+        doc.error(mark, "seconds_per_step: every pace must be a positive number of seconds")
+        return None
+    return Clock.build(spec.start, paces)
+
+
+def _case(spec: CaseSpec, i: int, doc: _Document, rules: RuleSet) -> Case | None:
+    before = len(doc.errors)
+    names = [r.name for r in rules.rules]
+
+    def check_rule(name: str, where: _Path) -> None:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+            hint = f"did you mean `{close[0]}`?" if close else "it is in none of the rule files"
+            doc.error(doc.values.get(where), f"unknown rule `{name}`; {hint}")
+
+    base: _Path = ("tests", i)
+    for k, name in enumerate(spec.only or ()):
+        check_rule(name, (*base, "only", k))
+    for k, exp in enumerate(spec.expect_transitions or ()):
+        check_rule(exp.rule, (*base, "expect_transitions", k, "rule"))
+    for k, at in enumerate(spec.expect_at):
+        for j, alert in enumerate(at.firing):
+            check_rule(alert.rule, (*base, "expect_at", k, "firing", j, "rule"))
+
+    clock = _clock(spec, doc, (*base, "seconds_per_step"))
+    if clock is None:
+        return None
+    points: list[tuple[int, int, Point]] = []
+    ticks: set[int] = set()
+    for order, (tag, series) in enumerate(spec.series.items()):
+        where: _Path = (*base, "series", tag)
+        if isinstance(series, SeriesSpec):
+            text, where = series.values, (*where, "values")
+            start = series.start if series.start is not None else spec.start
+            interval = series.interval or spec.interval
+        else:
+            text, start, interval = series, spec.start, spec.interval
+        try:
+            got = slots(text, start=start, interval=interval)
+        except NotationError as exc:
+            mark = doc.values.get(where)
+            doc.error(_token_mark(mark, text, exc.offset) if mark else None, str(exc))
+            continue
+        for slot in got:
+            ticks.add(slot.step)
+            if slot.value is not None:
+                point = Point(spec.run, tag, slot.step, clock.wall(slot.step), slot.value)
+                points.append((slot.step, order, point))
+    if len(doc.errors) > before:
+        return None
+    points.sort(key=lambda p: (p[0], p[1]))  # by step; within a step, in the file's series order
+    mark = doc.values.get(base)
+    return Case(
+        name=spec.name,
+        where=f"{doc.name}:{mark.line + 1}" if mark else doc.name,
+        run=spec.run,
+        points=[p for _, _, p in points],
+        ticks=[(s, clock.wall(s)) for s in sorted(ticks)],
+        only=frozenset(spec.only) if spec.only is not None else None,
+        finish=spec.finish,
+        expect_transitions=spec.expect_transitions,
+        expect_at=sorted(spec.expect_at, key=lambda a: a.step),
+    )
+
+
+def _rules(spec: TestFileSpec, path: Path, doc: _Document) -> RuleSet | None:
+    paths: list[str] = []
+    for k, name in enumerate(spec.rule_files):
+        target = name if name == DEFAULT_PACK else str(path.parent / name)
+        if target != DEFAULT_PACK and not Path(target).exists():
+            doc.error(doc.values.get(("rule_files", k)), f"no such rule file: {target}")
+        paths.append(target)
+    if doc.errors:
+        return None
+    try:
+        return load_rules(paths)
+    except RuleFileError as exc:
+        mark = doc.values.get(("rule_files",))
+        doc.error(
+            mark, f"the rule files have {len(exc.errors)} error(s):\n" + "\n".join(exc.errors)
+        )
+        return None
+
+
+def load_test_file(path: str | Path) -> TestFile:
+    """Parse and check a test file; raises TestFileError with all its errors."""
+    path = Path(path)
+    doc = _Document(str(path))
+    try:
+        text = path.read_text("utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TestFileError([f"{path}:1:1: cannot read: {exc}"]) from None
+    except yaml.MarkedYAMLError as exc:
+        doc.error(exc.problem_mark or exc.context_mark, f"YAML syntax: {exc.problem}")
+        raise TestFileError(doc.rendered()) from None
+    except yaml.YAMLError as exc:
+        raise TestFileError([f"{path}:1:1: YAML: {exc}"]) from None
+    data = _build(node, (), doc) if node is not None else None
+    if not isinstance(data, dict):
+        doc.error(
+            node.start_mark if node else None, "expected a mapping with `rule_files:` and `tests:`"
+        )
+        raise TestFileError(doc.rendered())
+    try:
+        spec = TestFileSpec.model_validate(data)
+    except ValidationError as exc:
+        _report(exc, doc)
+        raise TestFileError(doc.rendered()) from None
+    rules = _rules(spec, path, doc)
+    if rules is None:
+        raise TestFileError(doc.rendered())
+    cases = [_case(case, i, doc, rules) for i, case in enumerate(spec.tests)]
+    if doc.errors:
+        raise TestFileError(doc.rendered())
+    return TestFile(str(path), rules, [c for c in cases if c is not None])

@@ -1,0 +1,107 @@
+"""Any apprise URL (Slack, email, Teams, Telegram, ntfy, Mattermost, webhooks ...).
+
+apprise knows a hundred services; what it does not give is the notifier
+contract the outbox needs, so this wraps one URL in it:
+
+- *retryable?* apprise returns success, failure or timeout per service, and
+  logs the HTTP status of a refusal. A 4xx other than 408/429 is the
+  receiver saying "never" (bad token, unknown channel): not retried. Timeouts,
+  connection errors and 5xx are: the endpoint may come back.
+- *timeouts that hold.* `notify(timeout=)` stops *waiting* for a service but
+  leaves its thread running; a service whose own connect/read timeouts are
+  longer (email's connect timeout is 15 s) could still deliver after we gave
+  up and retried — a duplicate. So each service's `cto`/`rto` are lowered to
+  the route's timeout, and the call's own timeout is only a backstop above it.
+- *no secrets in logs.* The sink's name is apprise's privacy form of the URL,
+  and apprise's own log lines are captured per call, not printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from trainsentry.alerts.route import mask_url
+from trainsentry.sinks.base import Message, SendResult
+
+log = logging.getLogger(__name__)
+
+_STATUS = re.compile(r"\berror=(\d{3})\b")
+_NOT_RETRYABLE_KEEP = frozenset({408, 425, 429})
+
+# apprise logs through the "apprise" logger and can quote endpoints: its lines are
+# captured per call (notify(log_level=)) and reported through SendResult, not printed
+logging.getLogger("apprise").propagate = False
+
+
+def _notify_type(severity: str) -> Any:
+    from apprise import NotifyType
+
+    return {
+        "critical": NotifyType.FAILURE,
+        "warning": NotifyType.WARNING,
+        "resolved": NotifyType.SUCCESS,
+    }.get(severity, NotifyType.INFO)
+
+
+def classify_failure(lines: Iterable[str], timed_out: bool) -> SendResult:
+    """Retryable unless the service answered with a client error that will not change."""
+    text = " | ".join(line for line in lines if line)[:500]
+    if timed_out:
+        return SendResult.retry(f"timed out {text}".strip())
+    codes = [int(c) for c in _STATUS.findall(text)]
+    if codes and all(400 <= c < 500 and c not in _NOT_RETRYABLE_KEEP for c in codes):
+        return SendResult.fatal(text or f"HTTP {codes[0]}")
+    return SendResult.retry(text or "failed (no reason given)")
+
+
+class AppriseSink:
+    def __init__(self, url: str, timeout: float) -> None:
+        import apprise
+
+        self._apprise = apprise.Apprise()
+        service = apprise.Apprise.instantiate(url)
+        self.valid = service is not None
+        if service is None:
+            self.name = f"{url.split('://', 1)[0]}://(not an apprise URL)"
+            self.takes_attachments = False
+            return
+        for attr in ("socket_connect_timeout", "socket_read_timeout"):
+            current = getattr(service, attr, None)
+            if isinstance(current, (int, float)) and current > timeout:
+                setattr(service, attr, float(timeout))
+        self._apprise.add(service)
+        self.name = mask_url(service.url(privacy=True))
+        self.takes_attachments = bool(getattr(service, "attachment_support", False))
+        # beyond the service's own connect + read timeouts: only a stuck service hits it
+        self._deadline = 2 * timeout + 5.0
+
+    def send(self, message: Message) -> SendResult:
+        if not self.valid:
+            return SendResult.fatal("not a URL apprise knows (check the scheme)")
+        from apprise import AppriseAttachment
+        from apprise.result import AppriseResultStatus
+
+        attach = None
+        if message.attachments and self.takes_attachments:
+            attach = AppriseAttachment()
+            for path in message.attachments:
+                attach.add(str(path))
+        try:
+            result = self._apprise.notify(
+                body=message.body,
+                title=message.title,
+                notify_type=_notify_type(message.severity),
+                body_format="markdown",
+                attach=attach,
+                timeout=self._deadline,
+                log_level=logging.INFO,
+            )
+        except Exception as exc:  # a plugin bug must not kill the delivery worker
+            return SendResult.retry(f"{type(exc).__name__}: {exc}")
+        if result:
+            return SendResult.success()
+        lines = [entry.message for entry in result.logs() if entry.level != "INFO"]
+        return classify_failure(lines, result.status == AppriseResultStatus.TIMEOUT)
