@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import gc
 import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainsentry import __version__
-from trainsentry.point import Point
 
 if TYPE_CHECKING:
     from trainsentry.alerts.route import Route
+    from trainsentry.config import Config
     from trainsentry.rules.model import RuleSet
 
 
@@ -80,22 +80,25 @@ def _rate(text: str) -> tuple[int, float] | None:
     return n, seconds
 
 
-def _routes(args: argparse.Namespace) -> list[Route]:
+def _routes(args: argparse.Namespace, config: Config | None = None) -> list[Route]:
     """--notify and --alertmanager as routes; a bad one is a usage error naming it (masked)."""
     from trainsentry.alerts.route import RouteError, parse_alertmanager, parse_notify
+    from trainsentry.config import Config
 
-    timing = {
-        "group_wait": getattr(args, "group_wait", 30.0),
-        "repeat_interval": getattr(args, "repeat_interval", 4 * 3600.0),
-        "rate_limit": getattr(args, "rate_limit", (10, 600.0)),
-        "timeout": args.notify_timeout,
+    config = config or Config()
+    timeout = getattr(args, "notify_timeout", config.notify_timeout)
+    timing: dict[str, Any] = {
+        "group_wait": config.group_wait,
+        "repeat_interval": config.repeat_interval,
+        "rate_limit": config.rate_limit,
+        "timeout": timeout,
     }
     try:
         routes = [parse_notify(u, **timing) for u in (args.notify or [])]
-        routes += [parse_alertmanager(u, args.notify_timeout) for u in (args.alertmanager or [])]
+        routes += [parse_alertmanager(u, timeout) for u in (args.alertmanager or [])]
     except RouteError as exc:
         raise UsageError(str(exc)) from None
-    seen: set[str] = set()
+    seen: set[str] = {r.receiver for r in config.routes}
     for route in routes:
         if route.receiver in seen:
             raise UsageError("the same notification URL is given twice")
@@ -190,109 +193,83 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_config(args: argparse.Namespace) -> Config:
+    """The config file (or embedded defaults), then the flags given on the command line."""
+    from trainsentry.config import ConfigError, HttpSettings, load_config
+    from trainsentry.shard import ShardError, parse_shard
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for err in exc.errors:
+            print(err, file=sys.stderr)
+        raise UsageError(f"{len(exc.errors)} error(s) in the config; nothing was run") from None
+    except FileNotFoundError:
+        raise UsageError(f"no such config file: {args.config}") from None
+    given = vars(args)
+    changes: dict[str, object] = {}
+    for key in ("history", "group_wait", "repeat_interval", "rate_limit", "notify_timeout"):
+        if key in given:
+            changes[key] = given[key]
+    if args.rules:
+        changes["rules"] = tuple(args.rules)
+    for key in ("state_dir", "control_dir"):
+        if given.get(key):
+            changes[key] = Path(given[key])
+    if args.poll is not None:
+        changes["poll"] = args.poll
+    if args.link_template:
+        changes["link_template"] = args.link_template
+    if args.shard:
+        try:
+            changes["shard"] = parse_shard(args.shard)
+        except ShardError as exc:
+            raise UsageError(f"--shard: {exc}") from None
+    if args.http:
+        if args.http == "off":
+            changes["http"] = dataclasses.replace(config.http, enabled=False)
+        else:
+            host, _, port = args.http.rpartition(":")
+            if not host or not port.isdigit():
+                raise UsageError(f"--http: expected HOST:PORT or off, got {args.http!r}")
+            changes["http"] = HttpSettings(
+                host=host.strip("[]"),
+                port=int(port),
+                token=config.http.token,
+                allow_unauthenticated=config.http.allow_unauthenticated,
+                explicit=True,
+            )
+    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+    routes = _routes(args, config)
+    if routes:
+        config = dataclasses.replace(config, routes=(*config.routes, *routes))
+    return config
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from trainsentry.alerts.notifier import Notifier
-    from trainsentry.alerts.outbox import Outbox
-    from trainsentry.rules.engine import Engine
-    from trainsentry.rules.lifecycle import Transition
-    from trainsentry.runtime import Daemon
-    from trainsentry.shutdown import on_stop, signals_deferred
-    from trainsentry.sinks.terminal import AlertPrinter
-    from trainsentry.state import StateDB
-    from trainsentry.store import Store
+    from trainsentry.service import Service, ServiceError
 
-    paths = _existing(args.paths or ["."])
-    routes = _routes(args)
-    engine = Engine(_load_rules(args.rules))
-    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
-    try:
-        state = StateDB(state_dir / "state.db")
-        outbox = Outbox(state_dir / "state.db")
-    except Exception as exc:
-        raise UsageError(f"cannot open state dir {state_dir}: {exc}") from None
-    store = Store()
+    config = _run_config(args)
+    paths = _existing([str(p) for p in config.watch] if not args.paths else args.paths)
+    if not paths:
+        paths = [Path(".")]
+    state_dir = config.state_dir or default_state_dir()
     alerts_jsonl = Path(args.alerts_jsonl) if args.alerts_jsonl else None
-    since = time.time() - args.history
-    printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
-
-    def run_meta(run: str) -> dict[str, object]:
-        directory = daemon.run_dir(run)
-        return {
-            "run": run,
-            "dir": str(directory) if directory else None,
-            "files": [str(p) for p in daemon.run_files(run)],
-            "series": {
-                tag: {"points": s.count, "segments": s.segment + 1, "last_step": s.last.step}
-                for tag, s in sorted(store.series(run).items())
-            },
-        }
-
-    notifier = Notifier(
-        routes,
-        outbox,
-        state_dir=state_dir,
-        store=store,
-        rule_of=lambda name: next((r for r in engine.rules if r.name == name), None),
-        run_dir=lambda run: daemon.run_dir(run),
-        run_meta=run_meta,
-        since=since,
-        link_template=args.link_template,
-        control_dir=Path(args.control_dir).absolute() if args.control_dir else None,
-    )
-
-    def deliver(transitions: list[Transition]) -> None:
-        printer(transitions)
-        notifier.submit(transitions)
-
-    def evaluate(points: list[Point]) -> None:
-        store.extend(points)
-        deliver(engine.feed_all(points))
-
-    def print_points(points: list[Point]) -> None:
-        text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
-        with signals_deferred():
-            sys.stdout.write(text)
-            sys.stdout.flush()
-
-    def released(run: str) -> None:
-        deliver(engine.finish(run, "run deleted"))
-        store.release_run(run)
-
-    def on_cycle() -> None:
-        deliver(engine.tick(time.time()))
-        notifier.tick()
-
-    sinks = [evaluate, print_points] if args.verbose >= 2 else [evaluate]
-    daemon = Daemon(
-        paths,
-        state,
-        sinks,
-        poll=args.poll,
-        on_release=released,
-        on_cycle=on_cycle,
-    )
-    on_stop(daemon.stop)
-    where = ", ".join(str(p) for p in paths)
-    print(
-        f"trainsentry {__version__}: watching {where} with {len(engine.rules)} rules "
-        f"(state in {state_dir})",
-        flush=True,
-    )
-    for lane in notifier.lanes.values():
-        if lane.route.kind != "command":
-            print(f"trainsentry: notifying {lane.sink.name}", flush=True)
-    notifier.start()
     try:
-        daemon.run_forever()
-    finally:
-        printer.close()
-        notifier.close()
-    hidden = f", {printer.hidden} historical transition(s) not shown" if printer.hidden else ""
-    print(
-        f"trainsentry: stopped after reading {daemon.stats.points} points "
-        f"from {daemon.stats.files} files{hidden}",
-        flush=True,
-    )
+        service = Service(config, paths, state_dir, verbose=args.verbose, alerts_jsonl=alerts_jsonl)
+        return service.run()
+    except ServiceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from trainsentry.http_api import StatusError, fetch_status, render_status
+
+    try:
+        runs, alerts = fetch_status(args.address, os.environ.get("TRAINSENTRY_HTTP_TOKEN"))
+    except StatusError as exc:
+        raise UsageError(str(exc)) from None
+    print(render_status(runs, alerts, tty=sys.stdout.isatty()))
     return 0
 
 
@@ -338,7 +315,7 @@ def _route_arguments(group: argparse._ActionsContainer, positional: bool = False
     group.add_argument(
         "--notify-timeout",
         type=_positive_float,
-        default=10.0,
+        default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="connect/read timeout of each send (default 10)",
     )
@@ -354,7 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="watch log directories and evaluate rules live")
     run.add_argument("paths", nargs="*", metavar="PATH", help="log roots to watch (default .)")
+    run.add_argument("--config", metavar="FILE", help="the daemon's YAML config file")
     run.add_argument("--state-dir", help="where offsets and alert state live")
+    run.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz, /api/* here (default 127.0.0.1:9465; 'off')",
+    )
+    run.add_argument("--shard", metavar="I/N", help="watch only the runs of shard I of N (1-based)")
     run.add_argument(
         "--rules",
         action="append",
@@ -365,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--history",
         type=_positive_float,
-        default=3600.0,
+        default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="show alerts from data older than this at startup (default 3600)",
     )
@@ -383,21 +367,21 @@ def build_parser() -> argparse.ArgumentParser:
     notify.add_argument(
         "--group-wait",
         type=_seconds,
-        default=30.0,
+        default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="warnings wait this long to be batched per run (default 30; criticals go at once)",
     )
     notify.add_argument(
         "--repeat-interval",
         type=_seconds,
-        default=4 * 3600.0,
+        default=argparse.SUPPRESS,
         metavar="SECONDS",
         help="repeat a still-firing alert after this long (default 14400; 0: never)",
     )
     notify.add_argument(
         "--rate-limit",
         type=_rate,
-        default=(10, 600.0),
+        default=argparse.SUPPRESS,
         metavar="COUNT/SECONDS",
         help="at most COUNT messages per SECONDS per receiver (default 10/600; 'off')",
     )
@@ -407,6 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write stop files under DIR/<run>/.trainsentry/ instead of the run directories",
     )
     run.set_defaults(func=cmd_run)
+
+    status = sub.add_parser("status", help="the running daemon's runs and firing alerts")
+    status.add_argument(
+        "--address", default="127.0.0.1:9465", metavar="HOST:PORT", help="its --http address"
+    )
+    status.set_defaults(func=cmd_status)
 
     test = sub.add_parser("notify-test", help="send a sample alert through routes, report each")
     test.add_argument("urls", nargs="*", metavar="URL", help="[warning:|critical:]apprise URL")

@@ -30,6 +30,9 @@ PointSink = Callable[[list[Point]], None]
 # watch limit reached, a directory created between listing and watching).
 SAFETY_SWEEP_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 2.0
+# Bytes read from one file per cycle: a backfill proceeds in slices of a few
+# seconds of evaluation, so signals, heartbeats and other files get their turn.
+READ_BUDGET = 16 << 20
 
 
 @dataclass(slots=True)
@@ -38,6 +41,7 @@ class Stats:
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
+    directories: int | None = None  # not counted yet: compare with inotify watches (issue 6)
 
 
 class Daemon:
@@ -51,6 +55,8 @@ class Daemon:
         on_error: Callable[[str], None] | None = None,
         on_release: Callable[[str], object] | None = None,
         on_cycle: Callable[[], object] | None = None,
+        owns_run: Callable[[str], bool] | None = None,
+        max_wait: float | None = None,
     ) -> None:
         self.roots = [Root.watched(Path(p)) for p in paths]
         self.state = state
@@ -60,6 +66,9 @@ class Daemon:
         self._on_error = on_error or (lambda msg: log.warning("%s", msg))
         self._on_release = on_release
         self._on_cycle = on_cycle
+        self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
+        self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
+        self.on_progress: Callable[[], object] | None = None  # called after each file read
         self._tails: dict[str, FileTail] = {}
         self._checkpoints = state.load_offsets()
         self._watcher = Watcher()
@@ -78,7 +87,7 @@ class Daemon:
         self.start()
         try:
             while not self.stop_event.is_set():
-                self.cycle()
+                self.cycle(timeout=self.max_wait)
         finally:
             self.close()
 
@@ -96,6 +105,10 @@ class Daemon:
         self.stop_event.set()
         self._watcher.wakeup.set()
 
+    def wake(self) -> None:
+        """Safe from a signal handler: end the current wait early (e.g. to reload)."""
+        self._watcher.wakeup.set()
+
     def cycle(self, timeout: float | None = None) -> int:
         """Wait for changes (or the sweep timer), read them, deliver, commit."""
         if self.poll is not None:
@@ -108,8 +121,7 @@ class Daemon:
             wait = max(0.0, self._last_sweep + interval - time.monotonic())
             if timeout is not None:
                 wait = min(wait, timeout)
-            event = self._watcher.wakeup if self._watcher.native else self.stop_event
-            event.wait(wait)
+            self._watcher.wakeup.wait(wait)
         if self.stop_event.is_set():
             return 0
         if time.monotonic() - self._last_sweep >= interval:
@@ -138,13 +150,21 @@ class Daemon:
                 continue
             for found in root.scan(top):
                 key = str(found.path)
+                if self._owns_run is not None and not self._owns_run(found.run):
+                    continue
                 if key not in self._tails:
                     self._tails[key] = FileTail(found, self._checkpoints.pop(key, None))
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
 
     def _read(self, keys: set[str]) -> int:
-        batch: list[Point] = []
+        """Read each file, hand its points on at once, then commit all offsets.
+
+        Points go to the sinks file by file (not once per cycle) so a backfill
+        of many large files never holds them all in memory, and `on_progress`
+        can tell a heartbeat that a long cycle is working, not stuck.
+        """
+        delivered = 0
         touched: list[FileTail] = []
         gone: list[str] = []
         again: set[str] = set()
@@ -152,24 +172,25 @@ class Daemon:
             tail = self._tails.get(key)
             if tail is None:
                 continue
-            got = tail.read()
+            got = tail.read(READ_BUDGET)
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
             if got.points:
                 log.info("read %d points from %s", len(got.points), key)
-                batch.extend(got.points)
+                delivered += len(got.points)
+                self.stats.points += len(got.points)
+                for sink in self.sinks:
+                    sink(got.points)
             if got.more:
                 again.add(key)
             if got.gone:
                 gone.append(key)
             else:
                 touched.append(tail)
+            if self.on_progress is not None:
+                self.on_progress()
         self._pending = again
-        if batch:
-            self.stats.points += len(batch)
-            for sink in self.sinks:
-                sink(batch)
         self.state.save_offsets(t.checkpoint() for t in touched)
         if gone:
             self._release(gone)
@@ -177,7 +198,7 @@ class Daemon:
         self.stats.files = len(self._tails)
         if self._on_cycle is not None:
             self._on_cycle()
-        return len(batch)
+        return delivered
 
     def _release(self, keys: list[str]) -> None:
         """Forget deleted files; a run with no file left is released downstream."""

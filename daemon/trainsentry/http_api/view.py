@@ -1,0 +1,225 @@
+"""What the HTTP endpoints see of the daemon: a published snapshot, never its live state.
+
+The main loop owns the engine, the store and the tails, none of which is
+thread-safe; an HTTP thread iterating them while a cycle adds a run would
+crash with "dictionary changed size during iteration" or read half an
+update. So the loop *publishes* an immutable `DaemonSnapshot` (at most once a
+second, from its cycle hook), and the server only ever reads the latest one —
+one reference, assigned atomically. Ages (lag per run, heartbeat age) are
+computed at request time from the snapshot's wall times, so they keep growing
+when the loop stops publishing: a stuck loop shows as growing lag, not as a
+frozen, healthy-looking page.
+
+`DaemonView` is the whole seam between the server and the daemon. `LiveView`
+implements it from a `SnapshotBoard`, a `Heartbeat` and the notifier's
+counts; tests implement it with a few lines.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trainsentry.rules.lifecycle import Transition
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """One run as `trainsentry status` shows it: where it is and when it last wrote."""
+
+    run: str
+    last_step: int
+    last_wall_time: float  # the writer's wall time of its newest point
+    series: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSnapshot:
+    """Counters and state of one moment of the main loop. Counters only ever grow."""
+
+    taken_at: float = 0.0  # time.time() when captured
+    points_read: int = 0
+    records_skipped: int = 0  # corrupt or partial records skipped and counted
+    files_followed: int = 0
+    cycles: int = 0
+    rules_loaded: int = 0
+    rule_evaluations: int | None = None  # None: the engine does not count them
+    directories_seen: int | None = None  # None: unknown (compare with inotify watches)
+    runs: tuple[RunStatus, ...] = ()
+    alerts: tuple[Transition, ...] = field(default=())  # firing now, as Engine.firing() reads
+
+    @classmethod
+    def capture(
+        cls,
+        stats: Any,
+        *,
+        rules_loaded: int,
+        firing: Sequence[Transition],
+        runs: Iterable[RunStatus],
+        directories_seen: int | None = None,
+        rule_evaluations: int | None = None,
+        now: float | None = None,
+    ) -> DaemonSnapshot:
+        """From the runtime's `Stats` (points, skipped_records, files, cycles) and the rest."""
+        return cls(
+            taken_at=time.time() if now is None else now,
+            points_read=int(stats.points),
+            records_skipped=int(stats.skipped_records),
+            files_followed=int(stats.files),
+            cycles=int(stats.cycles),
+            rules_loaded=rules_loaded,
+            rule_evaluations=rule_evaluations,
+            directories_seen=directories_seen,
+            runs=tuple(runs),
+            alerts=tuple(firing),
+        )
+
+
+def runs_of_store(store: Any) -> list[RunStatus]:
+    """Each run's newest step and wall time over its series (a `trainsentry.store.Store`).
+
+    Costs one look per series; with the board's throttle that is a few
+    milliseconds a second for a thousand runs of twenty series.
+    """
+    out: list[RunStatus] = []
+    for run in store.runs():
+        series = store.series(run)
+        lasts = [s.last for s in series.values()]
+        if not lasts:
+            continue
+        out.append(
+            RunStatus(
+                run,
+                max(p.step for p in lasts),
+                max(p.wall_time for p in lasts),
+                len(series),
+            )
+        )
+    return out
+
+
+class DaemonView(Protocol):
+    """All the HTTP server (and /metrics) asks of the daemon. Called from server threads."""
+
+    def snapshot(self) -> DaemonSnapshot:
+        """The latest published snapshot (cheap, never blocks on the main loop)."""
+        ...
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the main loop last completed a cycle."""
+        ...
+
+    def heartbeat_limit(self) -> float:
+        """/healthz fails (503) when `heartbeat_age()` is above this."""
+        ...
+
+    def notification_counts(self) -> Mapping[str, int]:
+        """Notifications by state: `queued`, `sent`, `failed` (missing keys read as 0)."""
+        ...
+
+
+class SnapshotBoard:
+    """Where the main loop pins its latest snapshot for other threads to read."""
+
+    def __init__(self, min_interval: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.min_interval = min_interval
+        self._clock = clock
+        self._latest = DaemonSnapshot()
+        self._published_at = -float("inf")
+        self._lock = threading.Lock()
+
+    def publish(self, snapshot: DaemonSnapshot) -> None:
+        with self._lock:
+            self._latest = snapshot
+            self._published_at = self._clock()
+
+    def refresh(self, capture: Callable[[], DaemonSnapshot]) -> bool:
+        """Publish `capture()` unless one was published less than `min_interval` ago.
+
+        Called every cycle; a busy loop cycles many times a second, and a
+        snapshot of a thousand runs is not free.
+        """
+        if self._clock() - self._published_at < self.min_interval:
+            return False
+        self.publish(capture())
+        return True
+
+    def latest(self) -> DaemonSnapshot:
+        return self._latest
+
+
+@dataclass
+class LiveView:
+    """`DaemonView` from the pieces the runtime already has."""
+
+    board: SnapshotBoard
+    heartbeat_age: Callable[[], float]  # e.g. `Heartbeat.age`
+    limit: float  # e.g. `systemd.health_limit(cycle_interval)`
+    notifications: Callable[[], Mapping[str, int]] = dict  # e.g. `Outbox.counts`
+
+    def snapshot(self) -> DaemonSnapshot:
+        return self.board.latest()
+
+    def heartbeat_limit(self) -> float:
+        return self.limit
+
+    def notification_counts(self) -> Mapping[str, int]:
+        return self.notifications()
+
+
+# --- the JSON documents of /api/runs and /api/alerts -----------------------
+
+
+def _age(now: float, wall: float) -> float | None:
+    return round(max(0.0, now - wall), 3) if math.isfinite(wall) else None
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # JSON has no NaN or infinity
+
+
+def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
+    """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing}]}`."""
+    firing: dict[str, list[dict[str, str]]] = {}
+    for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
+        firing.setdefault(t.run, []).append(
+            {"rule": t.rule, "severity": t.severity, "metric": t.metric}
+        )
+    runs = [
+        {
+            "run": r.run,
+            "last_step": r.last_step,
+            "last_wall_time": _finite(r.last_wall_time),
+            "age_seconds": _age(now, r.last_wall_time),
+            "series": r.series,
+            "firing": firing.pop(r.run, []),
+        }
+        for r in sorted(snapshot.runs, key=lambda r: r.run)
+    ]
+    for run, alerts in sorted(firing.items()):  # alerts of a run the store no longer holds
+        runs.append(
+            {
+                "run": run,
+                "last_step": None,
+                "last_wall_time": None,
+                "age_seconds": None,
+                "series": 0,
+                "firing": alerts,
+            }
+        )
+    return {"now": now, "runs": runs}
+
+
+def alerts_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
+    """`{"now", "alerts": [the alert line of DESIGN.md, plus age_seconds]}`, criticals first."""
+    alerts = []
+    for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.run, t.rule)):
+        doc = t.as_dict()
+        wall = doc.get("wall_time")
+        doc["age_seconds"] = _age(now, wall) if isinstance(wall, float | int) else None
+        alerts.append(doc)
+    return {"now": now, "alerts": alerts}

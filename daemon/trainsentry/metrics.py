@@ -1,0 +1,191 @@
+"""/metrics: the daemon's own health in Prometheus' format, read at scrape time.
+
+Nothing is counted twice: the runtime already keeps its counters (`Stats`),
+the engine knows what fires, the outbox knows what is queued. A custom
+collector turns the latest published `DaemonSnapshot` into metric families
+when Prometheus scrapes, so the hot path pays nothing for being observed and
+no counter can drift from the number `trainsentry status` shows.
+
+Each server gets its own `CollectorRegistry` (not prometheus-client's global
+one), so two daemons in one test process, or a reloaded server, never clash.
+
+Watches are measured, not assumed: watchdog does not say how many inotify
+watches it holds, and when the kernel's limit is reached it leaves part of
+the tree unwatched without a word. The kernel does say — one `inotify wd:`
+line per watch in /proc/self/fdinfo of each inotify descriptor — so
+`trainsentry_inotify_watches` against `trainsentry_directories_seen` is an
+alertable "part of the tree is deaf" signal.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from trainsentry import __version__
+from trainsentry.http_api.view import DaemonView
+
+NOTIFICATION_STATES = ("queued", "sent", "failed")
+SEVERITIES = ("warning", "critical")
+
+
+def inotify_watches(proc: Path = Path("/proc/self")) -> int | None:
+    """inotify watches this process holds, from the kernel; None where /proc cannot tell."""
+    try:
+        fds = os.listdir(proc / "fd")
+    except OSError:
+        return None
+    total = 0
+    for fd in fds:
+        try:
+            if os.readlink(proc / "fd" / fd) != "anon_inode:inotify":
+                continue
+            with open(proc / "fdinfo" / fd, encoding="ascii", errors="replace") as f:
+                total += sum(1 for line in f if line.startswith("inotify wd:"))
+        except OSError:  # closed between listing and reading
+            continue
+    return total
+
+
+def inotify_watch_limit(path: Path = Path("/proc/sys/fs/inotify/max_user_watches")) -> int | None:
+    """The per-user limit (shared with every process of the same user)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class DaemonCollector(Collector):
+    """The trainsentry_* families, built from a `DaemonView` on each scrape."""
+
+    def __init__(self, view: DaemonView, clock: Callable[[], float] = time.time) -> None:
+        self._view = view
+        self._clock = clock
+
+    def describe(self) -> list[Metric]:
+        return []  # families vary with the snapshot; an empty describe keeps registration lazy
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._view.snapshot()
+        now = self._clock()
+
+        info = GaugeMetricFamily(
+            "trainsentry_build_info", "Always 1; the version as a label.", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield info
+
+        yield CounterMetricFamily(
+            "trainsentry_points_read", "Points read from log files.", value=snap.points_read
+        )
+        yield CounterMetricFamily(
+            "trainsentry_records_skipped",
+            "Corrupt or unreadable records skipped (parse errors); each is logged.",
+            value=snap.records_skipped,
+        )
+        yield CounterMetricFamily(
+            "trainsentry_cycles", "Main-loop cycles completed.", value=snap.cycles
+        )
+        yield GaugeMetricFamily(
+            "trainsentry_files_followed", "Log files being tailed.", value=snap.files_followed
+        )
+        yield GaugeMetricFamily(
+            "trainsentry_runs", "Runs with at least one point in memory.", value=len(snap.runs)
+        )
+        yield GaugeMetricFamily(
+            "trainsentry_rules_loaded",
+            "Rules loaded (after the last reload).",
+            value=snap.rules_loaded,
+        )
+        if snap.rule_evaluations is not None:
+            yield CounterMetricFamily(
+                "trainsentry_rule_evaluations",
+                "Rule evaluations: one per point per rule that reads its series.",
+                value=snap.rule_evaluations,
+            )
+
+        firing = GaugeMetricFamily(
+            "trainsentry_alerts_firing", "Alerts firing now, by severity.", labels=["severity"]
+        )
+        counts = dict.fromkeys(SEVERITIES, 0)
+        for t in snap.alerts:
+            counts[t.severity] = counts.get(t.severity, 0) + 1
+        for severity, n in sorted(counts.items()):
+            firing.add_metric([severity], n)
+        yield firing
+
+        notifications = GaugeMetricFamily(
+            "trainsentry_notifications",
+            "Notifications in the outbox by state: queued (waiting or retrying), "
+            "sent and failed (kept for a week).",
+            labels=["state"],
+        )
+        by_state = self._view.notification_counts()
+        for state in NOTIFICATION_STATES:
+            notifications.add_metric([state], by_state.get(state, 0))
+        yield notifications
+
+        lag = GaugeMetricFamily(
+            "trainsentry_run_lag_seconds",
+            "Now minus the wall time of the run's newest point.",
+            labels=["run"],
+        )
+        last_step = GaugeMetricFamily(
+            "trainsentry_run_last_step", "The run's newest step.", labels=["run"]
+        )
+        for r in snap.runs:
+            lag.add_metric([r.run], max(0.0, now - r.last_wall_time))
+            last_step.add_metric([r.run], r.last_step)
+        yield lag
+        yield last_step
+
+        yield GaugeMetricFamily(
+            "trainsentry_heartbeat_age_seconds",
+            "Seconds since the main loop last completed a cycle (/healthz fails past the limit).",
+            value=self._view.heartbeat_age(),
+        )
+        yield GaugeMetricFamily(
+            "trainsentry_heartbeat_limit_seconds",
+            "The heartbeat age beyond which the loop counts as stuck.",
+            value=self._view.heartbeat_limit(),
+        )
+        yield from self._watches(snap.directories_seen)
+
+    def _watches(self, directories: int | None) -> Iterator[Metric]:
+        if directories is not None:
+            yield GaugeMetricFamily(
+                "trainsentry_directories_seen",
+                "Directories under the watched roots; more than the watches means some are deaf.",
+                value=directories,
+            )
+        watches = inotify_watches()
+        if watches is not None:
+            yield GaugeMetricFamily(
+                "trainsentry_inotify_watches",
+                "inotify watches this process holds (from /proc/self/fdinfo).",
+                value=watches,
+            )
+        limit = inotify_watch_limit()
+        if limit is not None:
+            yield GaugeMetricFamily(
+                "trainsentry_inotify_watch_limit",
+                "fs.inotify.max_user_watches: shared by every process of this user.",
+                value=limit,
+            )
+
+
+def make_registry(
+    view: DaemonView, *, process: bool = True, clock: Callable[[], float] = time.time
+) -> CollectorRegistry:
+    """A registry with the daemon's families and, by default, process CPU/RSS/fds."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DaemonCollector(view, clock))
+    if process:
+        ProcessCollector(registry=registry)
+    return registry

@@ -1,0 +1,240 @@
+"""`trainsentry run`: the wiring of one long-lived daemon from a validated Config.
+
+Everything here is assembly — the stages (runtime, engine, notifier, HTTP
+API, systemd) know nothing of one another; this module connects them and
+owns the process-level concerns: signals (stop, SIGHUP reload), heartbeats,
+and what is printed at start and stop. The CLI only turns flags into a Config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from trainsentry import __version__
+from trainsentry.alerts.notifier import Notifier
+from trainsentry.alerts.outbox import Outbox
+from trainsentry.config import Config, ConfigError, load_config
+from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
+from trainsentry.http_api.view import runs_of_store
+from trainsentry.point import Point
+from trainsentry.rules.engine import Engine
+from trainsentry.rules.lifecycle import Transition
+from trainsentry.rules.loader import RuleFileError, load_rules
+from trainsentry.runtime import Daemon
+from trainsentry.shutdown import on_stop, signals_deferred
+from trainsentry.sinks.terminal import AlertPrinter
+from trainsentry.state import StateDB
+from trainsentry.store import Store
+from trainsentry.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
+
+log = logging.getLogger(__name__)
+
+# The loop turns at least this often, idle or not, so heartbeats (healthz,
+# systemd's watchdog) mean "the loop is alive", not "something was written".
+HEARTBEAT_SECONDS = 5.0
+# The stuck-loop guard is generous: killing a healthy daemon in a long
+# backfill would be worse than restarting a hung one a minute late.
+STUCK_SECONDS = 300.0
+
+
+class ServiceError(Exception):
+    """A problem at startup the operator must fix (bad rules, state dir, port)."""
+
+
+class Service:
+    def __init__(
+        self,
+        config: Config,
+        paths: list[Path],
+        state_dir: Path,
+        *,
+        verbose: int = 0,
+        alerts_jsonl: Path | None = None,
+    ) -> None:
+        self.config = config
+        try:
+            self.engine = Engine(load_rules(list(config.rules)))
+        except RuleFileError as exc:
+            raise ServiceError("\n".join(exc.errors)) from None
+        try:
+            state = StateDB(state_dir / "state.db")
+            self.outbox = Outbox(state_dir / "state.db")
+        except Exception as exc:
+            raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
+        self.state_dir = state_dir
+        self.store = Store(recent_size=config.retention)
+        since = time.time() - config.history
+        self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
+        self.notifier = Notifier(
+            list(config.routes),
+            self.outbox,
+            state_dir=state_dir,
+            store=self.store,
+            rule_of=lambda name: next((r for r in self.engine.rules if r.name == name), None),
+            run_dir=lambda run: self.daemon.run_dir(run),
+            run_meta=self._run_meta,
+            since=since,
+            link_template=config.link_template,
+            control_dir=config.control_dir.absolute() if config.control_dir else None,
+        )
+        sinks = [self._evaluate, self._print_points] if verbose >= 2 else [self._evaluate]
+        self.daemon = Daemon(
+            paths,
+            state,
+            sinks,
+            poll=config.poll,
+            on_release=self._released,
+            on_cycle=self._on_cycle,
+            owns_run=config.shard.owns,
+            max_wait=HEARTBEAT_SECONDS,
+        )
+        self.systemd = SystemdNotifier()
+        self.heartbeat = Heartbeat(self.systemd)
+        self.daemon.on_progress = self.heartbeat.beat
+        self.board = SnapshotBoard()
+        self.http: ApiServer | None = None
+        self._reload_requested = False
+
+    # -- the pipeline ---------------------------------------------------------
+
+    def _deliver(self, transitions: list[Transition]) -> None:
+        self.printer(transitions)
+        self.notifier.submit(transitions)
+
+    def _evaluate(self, points: list[Point]) -> None:
+        self.store.extend(points)
+        self._deliver(self.engine.feed_all(points))
+
+    def _print_points(self, points: list[Point]) -> None:
+        text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
+        with signals_deferred():
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _released(self, run: str) -> None:
+        self._deliver(self.engine.finish(run, "run deleted"))
+        self.store.release_run(run)
+
+    def _on_cycle(self) -> None:
+        if self._reload_requested:
+            self._reload_requested = False
+            self.reload()
+        self._deliver(self.engine.tick(time.time()))
+        self.notifier.tick()
+        self.heartbeat.beat()
+        self.board.refresh(
+            lambda: DaemonSnapshot.capture(
+                self.daemon.stats,
+                rules_loaded=len(self.engine.rules),
+                firing=self.engine.firing(),
+                runs=runs_of_store(self.store),
+                directories_seen=self.daemon.stats.directories,
+            )
+        )
+
+    def _run_meta(self, run: str) -> dict[str, object]:
+        directory = self.daemon.run_dir(run)
+        return {
+            "run": run,
+            "dir": str(directory) if directory else None,
+            "files": [str(p) for p in self.daemon.run_files(run)],
+            "series": {
+                tag: {"points": s.count, "segments": s.segment + 1, "last_step": s.last.step}
+                for tag, s in sorted(self.store.series(run).items())
+            },
+        }
+
+    # -- signals --------------------------------------------------------------
+
+    def request_reload(self) -> None:
+        """From the SIGHUP handler: the loop reloads between cycles, never mid-cycle."""
+        self._reload_requested = True
+        self.daemon.wake()
+
+    def reload(self) -> None:
+        """Re-read the config file and the rules; on any error keep what runs and say why."""
+        self.systemd.reloading()
+        try:
+            fresh = load_config(self.config.source) if self.config.source else self.config
+            rules = load_rules(list(fresh.rules))
+        except (ConfigError, RuleFileError) as exc:
+            for err in exc.errors:
+                print(err, file=sys.stderr)
+            print("trainsentry: reload failed; the old rules keep running", file=sys.stderr)
+        else:
+            self._deliver(self.engine.reload(rules))
+            print(f"trainsentry: reloaded {len(self.engine.rules)} rules", flush=True)
+            if fresh != self.config:
+                print(
+                    "trainsentry: settings other than rules take effect on restart",
+                    file=sys.stderr,
+                )
+        self.systemd.ready()
+
+    # -- running --------------------------------------------------------------
+
+    def start_http(self) -> None:
+        http = self.config.http
+        if not http.enabled:
+            return
+        view = LiveView(
+            self.board,
+            self.heartbeat.age,
+            health_limit(HEARTBEAT_SECONDS),
+            self.outbox.counts,
+        )
+        try:
+            self.http = ApiServer(
+                view,
+                http.host,
+                http.port,
+                token=http.token,
+                allow_unauthenticated=http.allow_unauthenticated,
+            )
+        except HttpApiError as exc:
+            if http.explicit:
+                raise ServiceError(str(exc)) from None
+            print(f"trainsentry: no HTTP API: {exc}", file=sys.stderr)
+            return
+        self.http.start()
+
+    def run(self) -> int:
+        on_stop(self.daemon.stop)
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+        self.start_http()
+        where = ", ".join(str(r.top) for r in self.daemon.roots)
+        api = f", API on http://{self.config.http.address}" if self.http else ""
+        print(
+            f"trainsentry {__version__}: watching {where} with {len(self.engine.rules)} rules "
+            f"(state in {self.state_dir}{api}; {self.config.describe()})",
+            flush=True,
+        )
+        for lane in self.notifier.lanes.values():
+            if lane.route.kind != "command":
+                print(f"trainsentry: notifying {lane.sink.name}", flush=True)
+        self.notifier.start()
+        guard = StuckLoopGuard(self.heartbeat, STUCK_SECONDS)
+        guard.start()
+        self.systemd.ready(f"watching {where}")
+        try:
+            self.daemon.run_forever()
+        finally:
+            self.systemd.stopping()
+            guard.stop()
+            if self.http is not None:
+                self.http.close()
+            self.printer.close()
+            self.notifier.close()
+        hidden = self.printer.hidden
+        note = f", {hidden} historical transition(s) not shown" if hidden else ""
+        print(
+            f"trainsentry: stopped after reading {self.daemon.stats.points} points "
+            f"from {self.daemon.stats.files} files{note}",
+            flush=True,
+        )
+        return 0

@@ -1,0 +1,153 @@
+"""`trainsentry run` as a service: HTTP API, status, config, SIGHUP reload, shards."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from trainsentry.point import Point
+from trainsentry.runtime import Daemon
+from trainsentry.shard import parse_shard
+from trainsentry.state import StateDB
+
+RULE = """\
+rules:
+  - name: {name}
+    metric: loss
+    severity: warning
+    threshold: {{above: 100}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Running:
+    """The real daemon in a subprocess; its output lines are collected as they come."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainsentry", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        threading.Thread(target=self._collect, daemon=True).start()
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: any(text in line for line in self.lines), timeout
+            )
+        assert found, f"{text!r} not in output:\n{''.join(self.lines)}"
+        return next(line for line in self.lines if text in line)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_running_daemon_serves_health_metrics_runs_and_status(tmp_path: Path) -> None:
+    root = tmp_path / "logs" / "exp1"
+    root.mkdir(parents=True)
+    (root / "m.jsonl").write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
+    address = f"127.0.0.1:{free_port()}"
+    daemon = Running(str(tmp_path / "logs"), "--state-dir", str(tmp_path / "s"), "--http", address)
+    try:
+        daemon.wait_for(f"API on http://{address}")
+        assert get(f"http://{address}/healthz")[0] == 200
+        runs: list[dict] = []
+        stop = threading.Event()
+        for _ in range(100):  # the loop publishes a snapshot after its first cycle
+            runs = json.loads(get(f"http://{address}/api/runs")[1])["runs"]
+            if runs or stop.wait(0.1):
+                break
+        assert [r["run"] for r in runs] == ["exp1"] and runs[0]["last_step"] == 2
+        status, metrics = get(f"http://{address}/metrics")
+        assert status == 200 and "trainsentry_points_read_total 2.0" in metrics
+        table = subprocess.run(
+            [sys.executable, "-m", "trainsentry", "status", "--address", address],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "exp1" in table and "RUN" in table
+    finally:
+        daemon.stop()
+
+
+def test_sighup_reloads_rules_and_keeps_the_old_ones_when_the_new_are_broken(
+    tmp_path: Path,
+) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(RULE.format(name="first"))
+    config = tmp_path / "trainsentry.yaml"
+    config.write_text(f"rules: [{rules}]\nhttp: {{address: 'off'}}\n")
+    (tmp_path / "logs").mkdir()
+    daemon = Running(str(tmp_path / "logs"), "--config", str(config), "--state-dir", str(tmp_path))
+    try:
+        daemon.wait_for("with 1 rules")
+        rules.write_text("rules:\n  - name: broken\n    metric: loss\n    severity: loud\n")
+        daemon.proc.send_signal(signal.SIGHUP)
+        assert "mine.yaml:4:15" in daemon.wait_for("mine.yaml:")
+        daemon.wait_for("reload failed; the old rules keep running")
+        rules.write_text(RULE.format(name="first") + RULE.format(name="second")[len("rules:\n") :])
+        daemon.proc.send_signal(signal.SIGHUP)
+        daemon.wait_for("reloaded 2 rules")
+    finally:
+        daemon.stop()
+
+
+def test_a_bad_config_value_is_reported_at_file_line_col(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("poll: often\nhistroy: 10\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "run", str(tmp_path), "--config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert f"{config}:1:7:" in out.stderr
+    assert f"{config}:2:1:" in out.stderr and "history" in out.stderr
+
+
+def test_shards_split_the_runs_between_daemons(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    for i in range(12):
+        (root / f"run{i}").mkdir(parents=True)
+        (root / f"run{i}" / "m.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    seen: list[set[str]] = []
+    for spec in ("1/2", "2/2"):
+        got: list[Point] = []
+        shard = parse_shard(spec)
+        daemon = Daemon(
+            [root], StateDB(tmp_path / f"{spec[0]}.db"), [got.extend], owns_run=shard.owns
+        )
+        daemon.start()
+        daemon.close()
+        seen.append({p.run for p in got})
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    assert seen[0] | seen[1] == {f"run{i}" for i in range(12)}
