@@ -450,3 +450,14 @@ def test_growth_fit_matches_a_batch_least_squares_even_at_large_steps(
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ls, strict=True)) / sxx
     assert cond.fit is not None
     assert math.isclose(cond.fit[0], slope, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def test_a_sustained_blow_up_does_not_become_its_own_rolling_baseline() -> None:
+    rule = """
+    - name: layer_far_above
+      tag: g
+      severity: critical
+      baseline: {learn: 20 points, rolling: true, ratio_above: 10}
+    """
+    got = evaluate(rule, points("1x39 40x40", tag="g"))
+    assert [(t.state, t.step) for t in got] == [("firing", 40)]

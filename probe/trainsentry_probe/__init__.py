@@ -1,8 +1,59 @@
-"""The in-process probe: heavy training statistics computed inside the job.
+"""trainsentry_probe: the statistics ordinary logs lack, computed inside the job.
 
-Not built yet (issue 5). It will write `trainsentry-probe.rank<R>.jsonl` in
-the run's log directory, which the daemon reads with its JSONL source; the
-daemon never imports this package and this package never imports the daemon.
+Ordinary logs carry a loss and maybe one gradient norm; the failures that
+matter start deeper (one layer's gradients exploding, ReLUs dying, updates
+collapsing, a few samples carrying the loss). The probe measures these on the
+device, cheaply, and writes them as JSON Lines where the trainsentry daemon
+reads them. One line in a plain loop::
+
+    probe = trainsentry_probe.watch(model, optimizer, logdir)
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        probe.record(loss=loss)          # optional when the model returns its loss
+        if probe.should_stop():          # the daemon's stop action
+            save_checkpoint(); break
+    probe.close()
+
+Adapters: `trainsentry_probe.lightning.TrainsentryCallback` and
+`trainsentry_probe.hf.TrainsentryCallback` (imported only when used: this
+package never imports lightning, transformers, nor the daemon). The record
+format is versioned and described in FORMAT.md.
 """
 
-RECORD_FORMAT_VERSION = 1
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from trainsentry_probe.options import ProbeOptions
+from trainsentry_probe.probe import Probe
+from trainsentry_probe.records import RECORD_FORMAT, RECORD_FORMAT_VERSION
+from trainsentry_probe.stopfile import StopRequest, TrainingStopped
+
+__all__ = [
+    "RECORD_FORMAT",
+    "RECORD_FORMAT_VERSION",
+    "Probe",
+    "ProbeOptions",
+    "StopRequest",
+    "TrainingStopped",
+    "watch",
+]
+
+
+def watch(model: nn.Module, optimizer: Any, logdir: str | Path, **options: Any) -> Probe:
+    """Starts probing `model` trained by `optimizer`, writing under `logdir`.
+
+    Options (see ProbeOptions): every=1, layer_every=100, sample_every=1000,
+    transfer_every, transfer_seconds=10, update_ratio=True, activations=True,
+    gpu_sample_seconds=5, control_dir, stop_every=50, raise_on_stop=False,
+    all_ranks=False, run_id, seed, hparams, start_step=0. `optimizer` may be
+    None for loops without a torch optimizer: `probe.record(step, ...)` then
+    marks each step's end.
+    """
+    return Probe(model, optimizer, logdir, ProbeOptions.from_kwargs(options))

@@ -106,11 +106,28 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "perf/samples_per_second",
         "probe/samples_per_second",
     ),
-    # the probe's statistics that ordinary logs lack
+    # the probe's statistics that ordinary logs lack (probe/trainsentry_probe/FORMAT.md);
+    # per-layer series end in the layer's module name: probe/grad_norm/encoder.layers.0.fc1
+    "data_wait": ("probe/data_wait",),  # seconds per step spent outside forward/backward
+    "nonfinite_grads": ("probe/nonfinite_grads",),  # parameters with a NaN/inf gradient
+    "grad_concentration": ("probe/grad_concentration",),  # max / median of layer norms
+    "param_norm/*": ("probe/param_norm/*",),
     "update_ratio": ("probe/update_ratio",),
     "update_ratio/*": ("probe/update_ratio/*",),
     "dead_fraction/*": ("probe/dead_fraction/*",),
-    "gpu_mem": ("probe/gpu_mem",),
+    "zero_fraction/*": ("probe/zero_fraction/*",),
+    "saturation/*": ("probe/saturation/*",),
+    "act_mean/*": ("probe/act_mean/*",),
+    "act_std/*": ("probe/act_std/*",),
+    "attn_entropy/*": ("probe/attn_entropy/*",),
+    "embed_norm_mean/*": ("probe/embed_norm_mean/*",),
+    "embed_norm_spread/*": ("probe/embed_norm_spread/*",),
+    "sample_loss/*": ("probe/sample_loss/*",),  # p50, p95, p95_over_p50, top5_share
+    "gpu_mem": ("probe/gpu_mem",),  # bytes allocated by torch, after the optimizer step
+    "gpu_mem_reserved": ("probe/gpu_mem_reserved",),
+    "gpu_mem_peak": ("probe/gpu_mem_peak",),
+    "gpu_util": ("probe/gpu_util",),  # NVML, percent
+    "gpu_mem_used": ("probe/gpu_mem_used",),  # NVML, bytes used on the device by all processes
 }
 
 

@@ -199,7 +199,11 @@ class BaselineCondition:
         if self._skipping(step):
             return None
         learned = not math.isnan(self.med)
-        if math.isfinite(value) and (not learned or self.spec.rolling):
+        hit = self._judge(value) if learned else False
+        # An anomaly never joins the rolling baseline: otherwise a layer that blows
+        # up and stays up becomes its own normal and the alert "recovers" while
+        # the norm is still ×40 ("define normal first", then keep it).
+        if math.isfinite(value) and (not learned or (self.spec.rolling and not hit)):
             self.ring.append(value)
             self.since_refresh += 1
             full = len(self.ring) == self.ring.maxlen
@@ -207,7 +211,9 @@ class BaselineCondition:
                 self._learn()
         if math.isnan(self.med):
             return None
-        return ACTIVE if self._judge(value) else QUIET
+        if not learned:
+            hit = self._judge(value)
+        return ACTIVE if hit else QUIET
 
     def _judge(self, value: float) -> bool:
         spec, med = self.spec, self.med

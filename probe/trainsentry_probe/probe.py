@@ -1,0 +1,440 @@
+"""The probe: hooks that turn a training loop's steps into probe records.
+
+Where each statistic is taken, and why there:
+
+- the root module's forward pre-hook opens a step: the time since the last
+  optimizer step ended is data wait (the loop was fetching the batch), and a
+  sampled step arms the activation hooks before any child module runs;
+- its forward hook captures the loss when the model returns one (HF models,
+  many Lightning modules) and disarms the activation hooks;
+- gradient norms are taken when backward ends (a hook on the model's output
+  queues a callback on the autograd engine, as DDP does): gradients are
+  complete and still *before clipping*, so an explosion that
+  clip_grad_norm_ hides from the optimizer is still visible, and the total
+  equals what clip_grad_norm_ returns (HF's and Lightning's logged norm).
+  With gradient accumulation the last backward of the step wins. Where no
+  backward was seen (the loss does not flow through the watched module's
+  output), the optimizer's step hooks take them instead;
+- the optimizer's step pre-hook copies the weights (layer-statistics steps
+  only);
+- the optimizer's step post-hook closes the step: update ratios, parameter
+  norms, step time, learning rate.
+
+A step's row stays open for late values until the next step's forward
+begins, so `probe.record(loss=loss)` may come before or after
+`optimizer.step()`. Forward passes outside training (`model.eval()` or
+`torch.no_grad()`, as in validation) are ignored.
+
+The probe must never break training: every hook body is guarded, and a
+failure logs once, removes all hooks and leaves the loop running unobserved.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from trainsentry_probe import gradients
+from trainsentry_probe.activations import ActivationSampler
+from trainsentry_probe.attach import batch_size, first_grad_tensor, guarded, unwrap_optimizer
+from trainsentry_probe.gpu import NvmlSampler, cuda_memory
+from trainsentry_probe.layers import LayerMap
+from trainsentry_probe.losses import as_value, loss_of, spread
+from trainsentry_probe.meta import meta_record, new_run_id, rank_and_world_size
+from trainsentry_probe.options import ProbeOptions, due
+from trainsentry_probe.records import RecordRenderer
+from trainsentry_probe.stopfile import (
+    StopRequest,
+    StopWatch,
+    TrainingStopped,
+    agree_across_ranks,
+    stop_file_path,
+)
+from trainsentry_probe.transfer import Row, Transfer
+from trainsentry_probe.writer import RecordWriter
+
+log = logging.getLogger("trainsentry_probe")
+
+
+class Probe:
+    """Watches one model and optimizer; see `trainsentry_probe.watch`."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Any,
+        logdir: str | Path,
+        options: ProbeOptions,
+    ) -> None:
+        self.options = options
+        self.logdir = Path(logdir)
+        self.rank, self.world_size = rank_and_world_size()
+        self.recording = options.all_ranks or self.rank == 0
+        self.failed: BaseException | None = None
+        self.closed = False
+        stop_path = stop_file_path(self.logdir, options.control_dir, options.stop_file)
+        self._stop = StopWatch(stop_path, options.stop_every, started=time.time())
+        self._handles: list[RemovableHandle] = []
+        self.step = options.start_step  # the number the current (or next) step gets
+        self.path = self.logdir / f"trainsentry-probe.rank{self.rank}.jsonl"
+        if not self.recording:
+            return
+        self.model = model
+        self.optimizer = unwrap_optimizer(optimizer)
+        first = next(model.parameters(), None)
+        self.device = first.device if first is not None else torch.device("cpu")
+        self.layers = LayerMap(model)
+        self.sampler = (
+            ActivationSampler(model) if options.activations and options.sample_every else None
+        )
+        every = options.transfer_every or (1 if self.device.type == "cpu" else 20)
+        self._transfer = Transfer(self.device, every, options.transfer_seconds)
+        self._open: Row | None = None  # the step in progress
+        self._last: Row | None = None  # the step just ended, open for late values
+        self._in_step = False
+        self._t_begin: float | None = None
+        self._t_end: float | None = None
+        self._grads_taken = False
+        self._snapshot: gradients.Snapshot | None = None
+        self._batch = 0
+        self._sample_requested = False
+        self._order_pending = True
+        prefix = "probe" if self.rank == 0 else f"rank{self.rank}/probe"
+        renderer = RecordRenderer(self.layers, prefix)
+        self._prefix = prefix
+        meta = functools.partial(
+            meta_record,
+            run_id=options.run_id or new_run_id(),
+            logdir=str(self.logdir),
+            rank=self.rank,
+            world_size=self.world_size,
+            device=self.device,
+            seed=options.seed if options.seed is not None else torch.initial_seed(),
+            hparams=dict(options.hparams),
+            options=options.as_dict(),
+            layers=list(self.layers.names),
+        )
+        self._writer = RecordWriter(self.path, meta, renderer.render)
+        self.layers.learn_order(model)
+        self._handles += [
+            model.register_forward_pre_hook(self._on_forward_pre, with_kwargs=True),
+            model.register_forward_hook(self._on_forward, with_kwargs=True),
+        ]
+        if self.optimizer is not None:
+            self._handles += [
+                self.optimizer.register_step_pre_hook(self._on_step_pre),
+                self.optimizer.register_step_post_hook(self._on_step_post),
+            ]
+        self._nvml = NvmlSampler.start_for(self.device, options.gpu_sample_seconds, self._emit_gpu)
+        atexit.register(self.close)
+
+    # --- hooks ---------------------------------------------------------------
+
+    @guarded
+    def _on_forward_pre(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if not module.training or not torch.is_grad_enabled():
+            return
+        if not self._in_step:
+            self._begin(time.perf_counter())
+        self._batch += batch_size(args, kwargs)
+
+    @guarded
+    def _on_forward(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> None:
+        if not module.training or not torch.is_grad_enabled():
+            return
+        row = self._current()
+        if self.sampler is not None and self.sampler.armed:
+            for name, value in self.sampler.disarm():
+                row.put(f"act:{name}", value)
+        loss = loss_of(output)
+        if loss is not None and due(row.step, self.options.every):
+            row.add_loss(loss, explicit=False)
+        watched = first_grad_tensor(output)
+        if watched is not None:
+            watched.register_hook(self._on_backward_start)
+
+    def _on_backward_start(self, grad: torch.Tensor) -> None:
+        """A tensor hook (returns None: the gradient passes unchanged)."""
+        if self.failed is None and not self.closed:
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(self._on_backward_end)
+
+    @guarded
+    def _on_backward_end(self) -> None:
+        if self._in_step and self._open is not None:
+            self._take_gradients(self._open, scaled=True)
+
+    @guarded
+    def _on_step_pre(
+        self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        row = self._current()
+        if due(row.step, self.options.layer_every) and self.options.update_ratio:
+            self._snapshot = gradients.snapshot(self.layers, self.options.update_sample)
+        closure = args[0] if args else kwargs.get("closure")
+        if closure is None and not self._grads_taken:
+            self._take_gradients(row)
+
+    @guarded
+    def _on_step_post(
+        self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        row = self._current()
+        if not self._grads_taken:
+            self._take_gradients(row)
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        self._end(row, lr)
+
+    # --- steps ---------------------------------------------------------------
+
+    def _current(self) -> Row:
+        """The row of the step in progress, opening one if no forward was seen."""
+        if not self._in_step:
+            self._begin(None)
+        assert self._open is not None
+        return self._open
+
+    def _begin(self, now: float | None) -> None:
+        self._seal_last()
+        row = Row(step=self.step)
+        if now is not None and self._t_end is not None and due(row.step, self.options.every):
+            row.host["data_wait"] = now - self._t_end
+        self._t_begin = now
+        self._open, self._in_step = row, True
+        if due(row.step, self.options.sample_every) or self._sample_requested:
+            self._sample_requested = False
+            row.host["sampled"] = True
+            if self.sampler is not None:
+                self.sampler.arm()
+
+    def _take_gradients(self, row: Row, scaled: bool = False) -> None:
+        self._grads_taken = True
+        layer_step = due(row.step, self.options.layer_every)
+        if not (due(row.step, self.options.every) or layer_step):
+            return
+        if self._order_pending:
+            self._order_pending = False
+            self.layers.order_learned()
+        stats = gradients.gradient_step(self.layers, self.device)
+        if stats is None:
+            return
+        scaler = self.options.grad_scaler
+        scale = getattr(scaler, "_scale", None) if scaled and scaler is not None else None
+        if isinstance(scale, torch.Tensor) and scaler.is_enabled():
+            stats.per_param = stats.per_param / scale.to(stats.per_param.device)  # still async
+        row.replace("grad_params", stats.per_param)
+        row.host["grad_indices"] = stats.indices
+        row.host["layer_step"] = layer_step
+
+    def _end(self, row: Row, lr: Any) -> None:
+        """Closes a step: weight statistics, timing; the row stays open for late values."""
+        options = self.options
+        if self._snapshot is not None:
+            row.put("update", gradients.update_norms(self.layers, self._snapshot, self.device))
+            row.host["update_indices"] = self._snapshot.indices
+            self._snapshot = None
+        if due(row.step, options.layer_every):
+            row.put("param_norms", gradients.param_norms(self.layers, self.device))
+            row.host.update(cuda_memory(self.device))
+        if self.sampler is not None and row.host.get("sampled"):
+            for name, value in self.sampler.disarm() + self.sampler.embedding_stats():
+                row.put(f"act:{name}", value)
+        now = time.perf_counter()
+        if due(row.step, options.every):
+            start = self._t_end if self._t_end is not None else self._t_begin
+            if start is not None and now > start:
+                row.host["step_time"] = now - start
+                if self._batch:
+                    row.host["samples_per_second"] = self._batch / (now - start)
+            if isinstance(lr, torch.Tensor):
+                row.put("lr", lr)
+            elif isinstance(lr, (int, float)):
+                row.host["lr"] = float(lr)
+        row.time = time.time()
+        self._t_end = now
+        self._batch = 0
+        self._grads_taken = False
+        self._last, self._open, self._in_step = row, None, False
+        self.step += 1
+
+    def _seal_last(self) -> None:
+        if self._last is not None:
+            row, self._last = self._last, None
+            batch = self._transfer.add(row)
+            if batch is not None:
+                self._writer.put(batch)
+
+    def _emit_gpu(self, values: dict[str, float]) -> None:
+        """From the NVML thread: a record of its own, at the latest step."""
+        record: dict[str, Any] = {"step": max(self.step - 1, 0), "time": time.time()}
+        record.update({f"{self._prefix}/{k}": v for k, v in values.items()})
+        self._writer.put(record)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = exc
+        log.warning("trainsentry probe disabled after an internal error: %r", exc, exc_info=exc)
+        self._remove_hooks()
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.recording:
+            if self.sampler is not None:
+                self.sampler.disarm()
+            self.layers.order_learned()
+
+    # --- public --------------------------------------------------------------
+
+    def record(
+        self,
+        step: int | None = None,
+        *,
+        loss: Any = None,
+        per_sample_loss: torch.Tensor | None = None,
+        **scalars: Any,
+    ) -> None:
+        """Adds values to a step: the one in progress, or the one just ended.
+
+        `loss` (a tensor or number; the mean over calls within one step, as with
+        gradient accumulation), `per_sample_loss` (unreduced losses; summarised
+        on sampled steps only) and any other scalars (written as `probe/<name>`,
+        e.g. `val_loss`). `step` renumbers the step (and the ones after it).
+        Without an optimizer the call *is* the step boundary: call it after
+        backward and before zero_grad, so gradients can be measured.
+        """
+        if not self.recording or self.closed or self.failed is not None:
+            return
+        self._record(step, loss, per_sample_loss, scalars)
+
+    @guarded
+    def _record(
+        self,
+        step: int | None,
+        loss: Any,
+        per_sample_loss: torch.Tensor | None,
+        scalars: dict[str, Any],
+    ) -> None:
+        standalone = self.optimizer is None
+        row = self._open if self._in_step else (self._last or self._current())
+        assert row is not None
+        if step is not None and step != row.step:
+            self.step += step - row.step
+            row.step = step
+        value = as_value(loss)
+        if value is not None and due(row.step, self.options.every):
+            row.add_loss(value, explicit=True)
+        if per_sample_loss is not None and row.host.get("sampled"):
+            summary = spread(per_sample_loss)
+            if summary is not None:
+                row.put("sample_loss", summary)
+        for name, given in scalars.items():
+            got = as_value(given)
+            if isinstance(got, torch.Tensor):
+                row.put(f"x:{name}", got)
+            elif got is not None:
+                row.host.setdefault("extra", {})[name] = got
+        if standalone:
+            if row is self._open:
+                self._take_gradients(row)
+                self._end(row, None)
+            self._seal_last()
+
+    def begin_step(self) -> None:
+        """Marks the start of a step (data wait ends here), for trainers whose
+        training step does not call the watched module itself (Lightning's
+        training_step calling a submodule); forward hooks do this otherwise."""
+        if self.recording and not self.closed and self.failed is None:
+            self._begin_now()
+
+    @guarded
+    def _begin_now(self) -> None:
+        if not self._in_step:
+            self._begin(time.perf_counter())
+
+    def before_backward(self, loss: torch.Tensor) -> None:
+        """Takes gradient statistics when the backward of `loss` ends (before any
+        clipping), for trainers whose loss does not come out of the watched
+        module's forward (Lightning's training_step)."""
+        if self.recording and not self.closed and self.failed is None and loss.requires_grad:
+            loss.register_hook(self._on_backward_start)
+
+    def sample_next(self) -> None:
+        """Takes activation (and per-sample loss) statistics on the next step too,
+        whatever the cadence: for per-epoch sampling."""
+        self._sample_requested = True
+
+    def flush(self) -> None:
+        """Sends every sealed step to the writer (the open one stays open)."""
+        if self.recording and not self.closed:
+            batch = self._transfer.send()
+            if batch is not None:
+                self._writer.put(batch)
+
+    def should_stop(self, raise_error: bool | None = None) -> bool:
+        """Whether the daemon asked this run to stop (see stopfile.py).
+
+        Cheap: one stat every `stop_every` calls. With `raise_error` (default:
+        the `raise_on_stop` option) a stop raises TrainingStopped instead of
+        returning True. In a distributed job every rank must call this at the
+        same iterations: the ranks agree (all_reduce MAX) on checking
+        iterations, so all stop together rather than leave one in a collective.
+        """
+        request = self._stop.request
+        if request is None and self._stop.due():
+            try:
+                request = self._stop.look()
+                request = agree_across_ranks(request, self._stop)
+            except Exception as exc:
+                log.warning("trainsentry probe: stop check failed: %r", exc)
+                request = None
+        if request is None:
+            return False
+        if raise_error if raise_error is not None else self.options.raise_on_stop:
+            raise TrainingStopped(request)
+        return True
+
+    @property
+    def stop_request(self) -> StopRequest | None:
+        return self._stop.request
+
+    def close(self) -> None:
+        """Writes every pending record and removes the hooks; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        if not self.recording:
+            return
+        self._remove_hooks()
+        try:
+            if self._nvml is not None:
+                self._nvml.stop()
+            if self._in_step and self._open is not None:
+                self._seal_last()
+                self._last, self._open = self._open, None
+            self._seal_last()
+            batch = self._transfer.send()
+            if batch is not None:
+                self._writer.put(batch)
+        except Exception as exc:
+            log.warning("trainsentry probe: records lost at close: %r", exc)
+        self._writer.close()
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,110 @@
+"""The probe's record format (versioned): from a row's values to one JSON object.
+
+This is the only contract between the probe and the daemon (FORMAT.md has the
+full description). Values are flat keys under `probe/`, which the daemon's
+JSONL source reads as series of the same names and its alias table maps onto
+canonical names (`probe/grad_norm/fc1` → `grad_norm/fc1`). Rank R > 0, when
+all ranks record, writes `rank<R>/probe/...` so its series never mix with rank
+0's in the same run.
+
+Ratios (update ratio, concentration, loss spread) are formed here on the host
+after the transfer: a zero denominator then means "no value" rather than an
+infinity that non-finite rules would page on.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from trainsentry_probe.layers import LayerMap
+from trainsentry_probe.losses import spread_fields
+from trainsentry_probe.transfer import Row
+
+RECORD_FORMAT = "trainsentry-probe"
+RECORD_FORMAT_VERSION = 1
+
+# host values copied as they are: name in the row → key under the prefix
+_HOST_KEYS = (
+    "loss",
+    "lr",
+    "step_time",
+    "data_wait",
+    "samples_per_second",
+    "gpu_mem",
+    "gpu_mem_reserved",
+    "gpu_mem_peak",
+)
+
+
+def concentration(layer_norms: list[float]) -> float | None:
+    """max / median of the finite layer norms: one layer carrying the gradient."""
+    finite = [n for n in layer_norms if math.isfinite(n)]
+    if len(finite) < 2:
+        return None
+    middle = statistics.median(finite)
+    return max(finite) / middle if middle > 0 else None
+
+
+class RecordRenderer:
+    """Turns rows into records; runs on the writer thread."""
+
+    def __init__(self, layers: LayerMap, prefix: str) -> None:
+        self.layers = layers
+        self.prefix = prefix
+
+    def render(self, row: Row, values: dict[str, list[float]]) -> dict[str, Any]:
+        p = self.prefix
+        record: dict[str, Any] = {"step": row.step, "time": row.time}
+        for key in _HOST_KEYS:
+            if key in row.host:
+                record[f"{p}/{key}"] = row.host[key]
+        if "loss" in values:
+            record[f"{p}/loss"] = values["loss"][0]
+        if "lr" in values:
+            record[f"{p}/lr"] = values["lr"][0]
+        if "grad_params" in values:
+            indices, per_param = row.host["grad_indices"], values["grad_params"]
+            record[f"{p}/grad_norm"] = math.sqrt(sum(n * n for n in per_param))
+            bad = sum(1 for n in per_param if not math.isfinite(n))
+            record[f"{p}/nonfinite_grads"] = bad
+            if bad:
+                record[f"{p}/first_nonfinite"] = self.layers.first_nonfinite(indices, per_param)
+        if "grad_params" in values and row.host.get("layer_step"):
+            norms = self.layers.group(row.host["grad_indices"], values["grad_params"])
+            for layer, norm in sorted(norms.items()):
+                record[f"{p}/grad_norm/{self.layers.names[layer]}"] = norm
+            ratio = concentration(list(norms.values()))
+            if ratio is not None:
+                record[f"{p}/grad_concentration"] = ratio
+        if "param_norms" in values:
+            norms = self.layers.group(range(len(self.layers.params)), values["param_norms"])
+            for layer, norm in sorted(norms.items()):
+                record[f"{p}/param_norm/{self.layers.names[layer]}"] = norm
+        if "update" in values:
+            self._update_ratios(record, row.host["update_indices"], values["update"])
+        if "sample_loss" in values:
+            for key, value in spread_fields(values["sample_loss"]).items():
+                record[f"{p}/sample_loss/{key}"] = value
+        for name, value in row.host.get("extra", {}).items():
+            record[f"{p}/{name}"] = value
+        for name, got in values.items():
+            if name.startswith(("act:", "x:")):
+                record[f"{p}/{name.split(':', 1)[1]}"] = got[0]
+        return record
+
+    def _update_ratios(self, record: dict[str, Any], indices: list[int], both: list[float]) -> None:
+        half = len(both) // 2
+        before = self.layers.group(indices, both[:half])
+        delta = self.layers.group(indices, both[half:])
+        p = self.prefix
+        for layer in sorted(before):
+            if before[layer] > 0:
+                record[f"{p}/update_ratio/{self.layers.names[layer]}"] = (
+                    delta[layer] / before[layer]
+                )
+        total_before = math.sqrt(sum(v * v for v in before.values()))
+        if total_before > 0:
+            total_delta = math.sqrt(sum(v * v for v in delta.values()))
+            record[f"{p}/update_ratio"] = total_delta / total_before
