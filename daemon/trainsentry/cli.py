@@ -189,6 +189,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     def on_error(msg: str) -> None:
         print(f"trainsentry: skipped {msg}", file=sys.stderr)
 
+    if args.compare_rules and not args.report:
+        raise UsageError("--compare-rules needs --report FILE.html")
+    if args.report:
+        from trainsentry.report import build_report, write_report
+
+        compare = _load_rules(args.compare_rules) if args.compare_rules else None
+        text = build_report(
+            iter_points(paths, on_error),
+            rules,
+            compare=compare,
+            label=", ".join(args.rules) if args.rules else "default pack",
+            compare_label=", ".join(args.compare_rules or []),
+        )
+        write_report(Path(args.report), text)
+        print(f"trainsentry: report written to {args.report}")
+        return 0
     replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format)
     return 0
 
@@ -412,6 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("paths", nargs="+", metavar="PATH")
     replay.add_argument("--rules", action="append", metavar="PATH", help="as for run")
     replay.add_argument("--format", choices=["text", "jsonl"], default="text")
+    replay.add_argument(
+        "--report", metavar="FILE.html", help="write a self-contained HTML backtest report"
+    )
+    replay.add_argument(
+        "--compare-rules",
+        action="append",
+        metavar="PATH",
+        help="with --report: also replay under this pack and compare it with --rules",
+    )
     replay.set_defaults(func=cmd_replay)
 
     check = sub.add_parser("check", help="lint rule files: every error as file:line:col")

@@ -1,0 +1,51 @@
+"""`trainsentry replay ... --report FILE.html`: a backtest a person can read.
+
+The replay's transitions say *what* fired; a rule author also needs to see
+*why* — the series the rule watched, when it fired against where the run
+actually went bad — and, when changing a pack, what the change gained and
+lost on the same history. The points are read once and replayed under each
+pack through the same engine `run` uses (replay.replay_transitions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from trainsentry.point import Point
+from trainsentry.replay import replay_transitions
+from trainsentry.report.data import build_runs, group_points
+from trainsentry.rules.model import RuleSet
+
+__all__ = ["build_report", "write_report"]
+
+
+def build_report(
+    points: Iterable[Point],
+    rules: RuleSet,
+    *,
+    compare: RuleSet | None = None,
+    label: str = "default pack",
+    compare_label: str = "B",
+    title: str = "trainsentry backtest",
+) -> str:
+    """The HTML text of the report; `compare` adds the pack-against-pack section."""
+    from trainsentry.report.compare import compare_runs, compare_section
+    from trainsentry.report.page import header, page, runs_section, summary_section
+
+    feed = list(points)
+    grouped = group_points(feed)
+    runs = build_runs(grouped, replay_transitions(feed, rules))
+    body = [header(title, runs, rules, label), summary_section(runs)]
+    if compare is not None:
+        other = build_runs(grouped, replay_transitions(feed, compare))
+        body.append(compare_section(compare_runs(runs, other), label, compare_label))
+    body.append(runs_section(runs, rules))
+    return page(title, body)
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write atomically: a half-written report in a browser tab is worse than none."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
