@@ -19,10 +19,8 @@ alertable "part of the tree is deaf" signal.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -30,35 +28,12 @@ from prometheus_client.registry import Collector
 
 from trainsentry import __version__
 from trainsentry.http_api.view import DaemonView
+from trainsentry.watcher import inotify_watch_limit, inotify_watches
+
+__all__ = ["DaemonCollector", "inotify_watch_limit", "inotify_watches", "make_registry"]
 
 NOTIFICATION_STATES = ("queued", "sent", "failed")
 SEVERITIES = ("warning", "critical")
-
-
-def inotify_watches(proc: Path = Path("/proc/self")) -> int | None:
-    """inotify watches this process holds, from the kernel; None where /proc cannot tell."""
-    try:
-        fds = os.listdir(proc / "fd")
-    except OSError:
-        return None
-    total = 0
-    for fd in fds:
-        try:
-            if os.readlink(proc / "fd" / fd) != "anon_inode:inotify":
-                continue
-            with open(proc / "fdinfo" / fd, encoding="ascii", errors="replace") as f:
-                total += sum(1 for line in f if line.startswith("inotify wd:"))
-        except OSError:  # closed between listing and reading
-            continue
-    return total
-
-
-def inotify_watch_limit(path: Path = Path("/proc/sys/fs/inotify/max_user_watches")) -> int | None:
-    """The per-user limit (shared with every process of the same user)."""
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 class DaemonCollector(Collector):

@@ -4,6 +4,11 @@ Each cycle reads only the files the watcher reported (or all of them on a
 sweep), hands the new points to the sinks, and only then commits the read
 offsets in one transaction. A crash between the two re-reads at most one
 cycle's points; a clean stop (SIGTERM) loses and repeats nothing.
+
+Sweeps also count the directories they walk: inotify needs one watch per
+directory, and when the kernel's limit is used up watchdog leaves part of
+the tree unwatched without a word. Directories against watches is how the
+daemon notices, and a root short of watches is polled from then on.
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ from trainsentry.point import Point
 from trainsentry.sources.discover import Root, classify
 from trainsentry.sources.tail import FileTail
 from trainsentry.state import StateDB
-from trainsentry.watcher import Watcher
+from trainsentry.watcher import (
+    Watcher,
+    inotify_watch_limit,
+    inotify_watches,
+    limit_advice,
+    watch_shortfall,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +44,10 @@ DEFAULT_POLL_SECONDS = 2.0
 # Bytes read from one file per cycle: a backfill proceeds in slices of a few
 # seconds of evaluation, so signals, heartbeats and other files get their turn.
 READ_BUDGET = 16 << 20
+# watchdog adds watches for new directories on its own thread: a sweep may see
+# a directory a moment before its watch exists. A shortfall must outlast this
+# grace before the root is declared deaf and polled.
+WATCH_GRACE_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -41,7 +56,18 @@ class Stats:
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
-    directories: int | None = None  # not counted yet: compare with inotify watches (issue 6)
+    directories: int | None = None  # walked by the last sweep; None before the first
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """How far the startup read is, for a progress line: files read to their end so far."""
+
+    files_done: int
+    files_total: int
+    points: int
+    seconds: float
+    done: bool
 
 
 class Daemon:
@@ -69,6 +95,12 @@ class Daemon:
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
+        # Called after each file read until the startup backlog is read, then once with done=True.
+        self.on_backfill: Callable[[Backfill], object] | None = None
+        self._backfill_start: float | None = None
+        self._backfill_points = 0
+        self._caught_up: set[str] = set()
+        self._dirs_by_root: dict[Path, int] = {}
         self._tails: dict[str, FileTail] = {}
         self._checkpoints = state.load_offsets()
         self._watcher = Watcher()
@@ -79,6 +111,7 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
+        self._backfill_start = time.monotonic()
         if self.poll is None:
             self._watcher.watch([r.top for r in self.roots])
         self.sweep()
@@ -109,14 +142,17 @@ class Daemon:
         """Safe from a signal handler: end the current wait early (e.g. to reload)."""
         self._watcher.wakeup.set()
 
+    def sweep_interval(self) -> float:
+        """Seconds between sweeps: the poll interval as soon as any root is polled."""
+        if self.poll is not None:
+            return self.poll
+        if len(self._watcher.native) < len(self.roots):
+            return DEFAULT_POLL_SECONDS  # network filesystem, unwatchable, or short of watches
+        return SAFETY_SWEEP_SECONDS
+
     def cycle(self, timeout: float | None = None) -> int:
         """Wait for changes (or the sweep timer), read them, deliver, commit."""
-        if self.poll is not None:
-            interval = self.poll
-        elif len(self._watcher.native) < len(self.roots):
-            interval = DEFAULT_POLL_SECONDS  # some root is on a network filesystem
-        else:
-            interval = SAFETY_SWEEP_SECONDS
+        interval = self.sweep_interval()
         if not self._pending:
             wait = max(0.0, self._last_sweep + interval - time.monotonic())
             if timeout is not None:
@@ -139,16 +175,64 @@ class Daemon:
     def sweep(self) -> int:
         self._last_sweep = time.monotonic()
         for root in self.roots:
-            self._discover(root.top)
+            self._dirs_by_root[root.top] = self._discover(root.top)
+        self.stats.directories = sum(self._dirs_by_root.values())
+        self._check_watches()
         return self._read(set(self._tails))
 
-    def _discover(self, top: Path) -> None:
+    def _check_watches(self) -> None:
+        """Poll the native roots when the kernel holds fewer watches than they have directories.
+
+        The watches are counted for the whole process and the roots share one
+        inotify descriptor, so a shortfall cannot be pinned on one root: every
+        native root falls back, which costs a sweep every few seconds, never a
+        missed point.
+        """
+        native = list(self._watcher.native)
+        if not native:
+            return
+        directories = sum(self._dirs_by_root.get(r, 0) for r in native)
+        deadline = time.monotonic() + WATCH_GRACE_SECONDS
+        while True:
+            watches = inotify_watches()
+            short = watch_shortfall(directories, watches)
+            if not short or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if not short:
+            return
+        limit = inotify_watch_limit()
+        for root in native:
+            self._watcher.fall_back(root)
+        log.warning(
+            "inotify watch limit reached: %d directories under %s but only %s watches held "
+            "(fs.inotify.max_user_watches=%s, shared by all processes of this user); "
+            "watchdog leaves the other %d directories unwatched without a word, so they are "
+            "polled every %g s instead; %s",
+            directories,
+            ", ".join(map(str, native)),
+            watches,
+            limit if limit is not None else "unknown",
+            short,
+            self.sweep_interval(),
+            limit_advice(limit, directories),
+        )
+
+    def _discover(self, top: Path) -> int:
+        """Follow the log files under `top` not followed yet; the directories walked.
+
+        Root.walk counts the directories in the same walk that finds the files:
+        a second walk of a huge tree would double the cost of every sweep.
+        """
+        walked = 0
         for root in self.roots:
             if top != root.top and root.top not in top.parents:
                 continue
             if not top.exists():
                 continue
-            for found in root.scan(top):
+            found_files, dirs = root.walk(top)
+            walked += dirs
+            for found in found_files:
                 key = str(found.path)
                 if self._owns_run is not None and not self._owns_run(found.run):
                     continue
@@ -156,6 +240,7 @@ class Daemon:
                     self._tails[key] = FileTail(found, self._checkpoints.pop(key, None))
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
+        return walked
 
     def _read(self, keys: set[str]) -> int:
         """Read each file, hand its points on at once, then commit all offsets.
@@ -190,15 +275,40 @@ class Daemon:
                 touched.append(tail)
             if self.on_progress is not None:
                 self.on_progress()
+            if self._backfill_start is not None:
+                self._backfilled(key, len(got.points), more=got.more)
         self._pending = again
         self.state.save_offsets(t.checkpoint() for t in touched)
         if gone:
             self._release(gone)
         self.stats.cycles += 1
         self.stats.files = len(self._tails)
+        if self._backfill_start is not None and not again:
+            self._backfilled(None, 0, more=False)
         if self._on_cycle is not None:
             self._on_cycle()
         return delivered
+
+    def _backfilled(self, key: str | None, points: int, *, more: bool) -> None:
+        """Track the startup read; key None means the cycle left nothing unread: caught up."""
+        assert self._backfill_start is not None
+        self._backfill_points += points
+        if key is not None and not more:
+            self._caught_up.add(key)
+        done = key is None
+        if self.on_backfill is not None:
+            self.on_backfill(
+                Backfill(
+                    files_done=len(self._tails) if done else len(self._caught_up),
+                    files_total=len(self._tails),
+                    points=self._backfill_points,
+                    seconds=time.monotonic() - self._backfill_start,
+                    done=done,
+                )
+            )
+        if done:
+            self._backfill_start = None
+            self._caught_up.clear()
 
     def _release(self, keys: list[str]) -> None:
         """Forget deleted files; a run with no file left is released downstream."""

@@ -6,10 +6,18 @@ this one, so roots on nfs/lustre/gpfs/cifs/fuse/9p are swept on a timer
 instead. The event filter leaves out open and close-without-write events:
 with the default mask watchdog 7.1 overflows the kernel queue on trees of
 thousands of directories, and the daemon's own reads would wake it up.
+
+The kernel's watch limit (fs.inotify.max_user_watches, shared by every
+process of the user) is the other trap: watchdog 7.1 raises only when the
+root itself cannot be watched and silently skips sub-directories it could not
+add. So the watches are counted from the kernel (/proc/self/fdinfo) and
+compared with the directories a sweep walked; a root short of watches is
+polled instead, with one warning that says how to raise the limit.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -50,6 +58,61 @@ EVENT_FILTER: list[type[FileSystemEvent]] = [
     DirDeletedEvent,
     DirMovedEvent,
 ]
+
+
+WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
+
+
+def inotify_watches(proc: Path = Path("/proc/self")) -> int | None:
+    """inotify watches this process holds, from the kernel; None where /proc cannot tell.
+
+    watchdog does not say how many watches it holds; the kernel does, as one
+    `inotify wd:` line per watch in the fdinfo of each inotify descriptor.
+    """
+    try:
+        fds = os.listdir(proc / "fd")
+    except OSError:
+        return None
+    total = 0
+    for fd in fds:
+        try:
+            if os.readlink(proc / "fd" / fd) != "anon_inode:inotify":
+                continue
+            with open(proc / "fdinfo" / fd, encoding="ascii", errors="replace") as f:
+                total += sum(1 for line in f if line.startswith("inotify wd:"))
+        except OSError:  # closed between listing and reading
+            continue
+    return total
+
+
+def inotify_watch_limit(path: Path = WATCH_LIMIT_FILE) -> int | None:
+    """The per-user limit (shared with every process of the same user)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def watch_shortfall(directories: int, watches: int | None) -> int:
+    """Directories left without a watch: 0 when the count is unknown or enough.
+
+    One watch per directory is what a recursive watch needs; more watches than
+    directories is normal (the daemon skips .git and its own control
+    directories, watchdog does not), so only a shortfall means a deaf subtree.
+    """
+    if watches is None or watches >= directories:
+        return 0
+    return directories - watches
+
+
+def limit_advice(limit: int | None, directories: int | None = None) -> str:
+    """The sysctl line that would make room, with headroom for growth and other processes."""
+    current = limit or 8192
+    wanted = max(2 * current, current + 2 * (directories or 0), 524288)
+    return (
+        f"raise it with `sysctl fs.inotify.max_user_watches={wanted}` "
+        "(persist it in /etc/sysctl.d/) and restart trainsentry"
+    )
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str:
@@ -99,10 +162,17 @@ class Watcher:
         self.native: list[Path] = []
 
     def watch(self, roots: list[Path]) -> None:
-        """Watch each root natively where inotify works; the rest is left to sweeps."""
+        """Watch each root natively where inotify works; the rest is left to sweeps.
+
+        The observer starts first, so each `schedule` adds its watches at once
+        and a root that cannot be watched (watch limit, permissions) fails
+        there, alone, instead of failing `start` for every root.
+        """
         from watchdog.observers import Observer
 
         observer = Observer()
+        observer.daemon = True
+        observer.start()
         handler = _Handler(self)
         for root in roots:
             if needs_polling(root):
@@ -112,11 +182,26 @@ class Watcher:
                 observer.schedule(handler, str(root), recursive=True, event_filter=EVENT_FILTER)
                 self.native.append(root)
             except OSError as exc:
-                log.warning("cannot watch %s (%s): polling it", root, exc)
-        if self.native:
-            observer.daemon = True
-            observer.start()
-            self._observer = observer
+                if exc.errno == errno.ENOSPC:
+                    limit = inotify_watch_limit()
+                    log.warning(
+                        "cannot watch %s: the inotify watch limit is used up "
+                        "(fs.inotify.max_user_watches=%s, shared by all processes of this "
+                        "user); polling it instead; %s",
+                        root,
+                        limit if limit is not None else "unknown",
+                        limit_advice(limit),
+                    )
+                else:
+                    log.warning("cannot watch %s (%s): polling it", root, exc)
+        self._observer = observer
+        if not self.native:
+            self.stop()
+
+    def fall_back(self, root: Path) -> None:
+        """Poll `root` from now on; its watches stay (what they see still arrives early)."""
+        if root in self.native:
+            self.native.remove(root)
 
     def mark(self, paths: list[str], *, is_dir: bool) -> None:
         with self._lock:

@@ -92,21 +92,30 @@ class Root:
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:
-        """Every log file under `top` (default: the whole root), in sorted order.
+        """Every log file under `top` (default: the whole root), in sorted order."""
+        return self.walk(top)[0]
+
+    def walk(self, top: Path | None = None) -> tuple[list[LogFile], int]:
+        """The log files under `top` in sorted order, and how many directories were walked.
 
         os.walk is scandir-based: on a root of tens of thousands of run
-        directories this is the startup cost, and scandir avoids a stat per entry.
+        directories this is the startup cost, and scandir avoids a stat per
+        entry. The directories it descends into are those a recursive inotify
+        watch covers (less .git and our control directory), so the count tells
+        the daemon whether the kernel's watch limit left some unwatched.
         """
         top = top or self.top
         if top.is_file():
             found = self.describe(top)
-            return [found] if found else []
+            return ([found] if found else []), 0
         out: list[LogFile] = []
+        walked = 0
         for dirpath, dirnames, filenames in os.walk(top):
+            walked += 1
             dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
             base = Path(dirpath)
             for name in sorted(filenames):
                 found = self.describe(base / name)
                 if found is not None:
                     out.append(found)
-        return out
+        return out, walked

@@ -1,0 +1,133 @@
+"""Startup over large existing logs says how far it is, then that it caught up."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainsentry import runtime
+from trainsentry.runtime import Backfill, Daemon
+from trainsentry.service import BackfillReporter, human_count
+from trainsentry.sources import tail
+from trainsentry.state import StateDB
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def step(done: int, points: int, seconds: float, *, finished: bool = False) -> Backfill:
+    return Backfill(files_done=done, files_total=40, points=points, seconds=seconds, done=finished)
+
+
+def write_log(path: Path, n: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for s in range(n):
+            f.write(json.dumps({"step": s, "loss": 1.0, "lr": 0.1}) + "\n")
+
+
+def test_counts_read_at_a_glance() -> None:
+    assert [human_count(n) for n in (950, 12_345, 1_234_567, 3_000_000_000)] == [
+        "950",
+        "12.3k",
+        "1.2M",
+        "3.0G",
+    ]
+
+
+def test_a_log_gets_a_line_every_few_seconds_then_caught_up() -> None:
+    out, clock = io.StringIO(), Clock()
+    report = BackfillReporter(out, every=5.0, clock=clock)
+    for t, done, points in [(1, 2, 10_000), (5.2, 12, 1_200_000), (7, 20, 2_000_000)]:
+        clock.now = t
+        report(step(done, points, t))
+    clock.now = 10.4
+    report(step(31, 3_100_000, 10.4))
+    report(step(40, 4_000_000, 12.0, finished=True))
+    assert out.getvalue().splitlines() == [
+        "trainsentry: backfill: 12/40 files, 1.2M points, 5.2 s",
+        "trainsentry: backfill: 31/40 files, 3.1M points, 10.4 s",
+        "trainsentry: caught up: 40 files, 4.0M points in 12.0 s",
+    ]
+
+
+def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
+    out, clock = Terminal(), Clock()
+    report = BackfillReporter(out, clock=clock)
+    for t in (0.3, 0.6, 0.9):
+        clock.now = t
+        report(step(int(t * 10), int(t * 1e6), t))
+    report(step(40, 1_000_000, 1.0, finished=True))
+    text = out.getvalue()
+    assert text.count("\r") == 4 and text.count("\n") == 1 and text.endswith("\n")
+    assert text.rsplit("\r", 1)[1].startswith("trainsentry: caught up: 40 files, 1.0M points")
+
+
+def test_the_daemon_reports_each_file_read_to_its_end_then_caught_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "READ_BUDGET", 8192)  # a backfill of several cycles
+    monkeypatch.setattr(tail, "READ_CHUNK", 4096)
+    root = tmp_path / "logs"
+    write_log(root / "big" / "m.jsonl", 2000)
+    write_log(root / "small" / "m.jsonl", 10)
+    seen: list[Backfill] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [], poll=60)
+    daemon.on_backfill = seen.append
+    daemon.start()
+    try:
+        while not seen[-1].done:
+            daemon.cycle(timeout=0)
+        daemon.cycle(timeout=0)  # live from here: nothing more is reported
+    finally:
+        daemon.close()
+    assert [b.files_done for b in seen if not b.done][:2] == [0, 1]  # big first, unfinished
+    assert sum(b.done for b in seen) == 1
+    last = seen[-1]
+    assert (last.files_done, last.files_total, last.points) == (2, 2, 2 * 2010)
+    assert [b.points for b in seen] == sorted(b.points for b in seen)
+
+
+def test_the_service_logs_caught_up_when_not_on_a_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    write_log(root / "job" / "m.jsonl", 500)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainsentry",
+            "run",
+            str(root),
+            "--http",
+            "off",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "caught up" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert line == "trainsentry: caught up: 1 files, 1.0k points in " + line.split(" in ")[1]
