@@ -151,3 +151,17 @@ def test_shards_split_the_runs_between_daemons(tmp_path: Path) -> None:
         seen.append({p.run for p in got})
     assert seen[0] and seen[1] and not seen[0] & seen[1]
     assert seen[0] | seen[1] == {f"run{i}" for i in range(12)}
+
+
+def test_a_storm_of_signals_never_deadlocks_the_loop(tmp_path: Path) -> None:
+    """Signal handlers only set flags: one that took a lock could hang the main thread."""
+    (tmp_path / "logs").mkdir()
+    daemon = Running(str(tmp_path / "logs"), "--http", "off", "--state-dir", str(tmp_path))
+    try:
+        daemon.wait_for("watching")
+        for _ in range(300):
+            daemon.proc.send_signal(signal.SIGHUP)
+        daemon.wait_for("reloaded")
+    finally:
+        daemon.stop()
+    assert daemon.proc.returncode == 0

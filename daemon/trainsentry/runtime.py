@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ PointSink = Callable[[list[Point]], None]
 # watch limit reached, a directory created between listing and watching).
 SAFETY_SWEEP_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 2.0
+SIGNAL_CHECK_SECONDS = 0.25
 # Bytes read from one file per cycle: a backfill proceeds in slices of a few
 # seconds of evaluation, so signals, heartbeats and other files get their turn.
 READ_BUDGET = 16 << 20
@@ -106,7 +106,11 @@ class Daemon:
         self._watcher = Watcher()
         self._pending: set[str] = set()
         self._last_sweep = 0.0
-        self.stop_event = threading.Event()
+        # Plain flags, not Events: a signal handler runs on the main thread between
+        # bytecodes, possibly while that thread holds an Event's internal lock
+        # (inside wait/clear); Event.set() from the handler would then deadlock.
+        self.stopping = False
+        self._woken = False
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -119,7 +123,7 @@ class Daemon:
     def run_forever(self) -> None:
         self.start()
         try:
-            while not self.stop_event.is_set():
+            while not self.stopping:
                 self.cycle(timeout=self.max_wait)
         finally:
             self.close()
@@ -134,13 +138,25 @@ class Daemon:
     # -- one cycle ----------------------------------------------------------
 
     def stop(self) -> None:
-        """Safe from a signal handler: the loop ends after its current cycle."""
-        self.stop_event.set()
-        self._watcher.wakeup.set()
+        """Safe from a signal handler (sets a flag only): the loop ends after its cycle."""
+        self.stopping = True
 
     def wake(self) -> None:
-        """Safe from a signal handler: end the current wait early (e.g. to reload)."""
-        self._watcher.wakeup.set()
+        """Safe from a signal handler (sets a flag only): end the current wait early."""
+        self._woken = True
+
+    def _wait(self, seconds: float) -> None:
+        """Wait for file events, a stop or a wake, at most `seconds`.
+
+        The signal flags are looked at every quarter second: the price of
+        never taking a lock in a signal handler.
+        """
+        deadline = time.monotonic() + seconds
+        while not (self.stopping or self._woken):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._watcher.wakeup.wait(min(remaining, SIGNAL_CHECK_SECONDS)):
+                break
+        self._woken = False
 
     def sweep_interval(self) -> float:
         """Seconds between sweeps: the poll interval as soon as any root is polled."""
@@ -157,8 +173,8 @@ class Daemon:
             wait = max(0.0, self._last_sweep + interval - time.monotonic())
             if timeout is not None:
                 wait = min(wait, timeout)
-            self._watcher.wakeup.wait(wait)
-        if self.stop_event.is_set():
+            self._wait(wait)
+        if self.stopping:
             return 0
         if time.monotonic() - self._last_sweep >= interval:
             return self.sweep()
