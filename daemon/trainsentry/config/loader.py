@@ -25,7 +25,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import typing
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -39,10 +38,14 @@ from trainsentry.config.model import Config, HttpSettings
 from trainsentry.config.schema import ConfigSpec
 from trainsentry.http_api.server import is_loopback
 
-# Private helpers of the rule loader, shared on purpose: one marked-YAML reader for all files.
-from trainsentry.rules.loader import _build, _Document, _is_model, _unwrap, _wording
-
-_Path = tuple[str | int, ...]
+# The rule loader's marked-YAML reader, shared on purpose: one reader for every file.
+from trainsentry.rules.loader import (
+    MarkedDocument,
+    YamlPath,
+    allowed_keys,
+    build_marked,
+    wording,
+)
 
 # variable → (key path, how its text becomes a value)
 ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -69,7 +72,7 @@ class ConfigError(Exception):
         self.errors = errors
 
 
-def _key(path: _Path) -> str:
+def _key(path: YamlPath) -> str:
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -80,12 +83,12 @@ class _Reader:
     """One load: the document's marks, the variables that replaced keys, the errors."""
 
     def __init__(self, name: str, environ: Mapping[str, str]) -> None:
-        self.doc = _Document(name)
+        self.doc = MarkedDocument(name)
         self.environ = environ
-        self.env_paths: dict[_Path, str] = {}  # key path → the variable that set it
+        self.env_paths: dict[YamlPath, str] = {}  # key path → the variable that set it
         self.env_errors: list[str] = []
 
-    def error(self, path: _Path, message: str, *, at_key: bool = False) -> None:
+    def error(self, path: YamlPath, message: str, *, at_key: bool = False) -> None:
         """Report at the variable that set `path` (or a parent), else at its mark in the file."""
         for i in range(len(path), 0, -1):
             var = self.env_paths.get(path[:i])
@@ -115,7 +118,7 @@ class _Reader:
             return {}
         if len(nodes) > 1:
             doc.error(nodes[1].start_mark, "one YAML document per config file")
-        data = _build(nodes[0], (), doc) if nodes else None
+        data = build_marked(nodes[0], (), doc) if nodes else None
         if data is None:
             return {}
         if not isinstance(data, dict):
@@ -127,7 +130,7 @@ class _Reader:
 
     # -- layer 2: ${NAME} inside values -----------------------------------------
 
-    def expand(self, value: Any, path: _Path) -> Any:
+    def expand(self, value: Any, path: YamlPath) -> Any:
         if isinstance(value, dict):
             return {k: self.expand(v, (*path, k)) for k, v in value.items()}
         if isinstance(value, list):
@@ -196,12 +199,12 @@ class _Reader:
             return None
 
     def report(self, exc: ValidationError) -> None:
-        seen: set[_Path] = set()
+        seen: set[YamlPath] = set()
         for err in exc.errors():
-            loc: _Path = tuple(err["loc"])
+            loc: YamlPath = tuple(err["loc"])
             if err["type"] == "extra_forbidden":
                 key = str(loc[-1])
-                allowed = allowed_keys(loc[:-1])
+                allowed = allowed_keys(ConfigSpec, loc[:-1])
                 close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
                 hint = (
                     f"did you mean `{close[0]}`?"
@@ -222,25 +225,7 @@ class _Reader:
             if known in seen:
                 continue
             seen.add(known)
-            self.error(known, f"`{_key(known)}`: {_wording(err)}")
-
-
-def allowed_keys(loc: _Path) -> list[str]:
-    """The keys (as written) of the settings mapping at `loc`, for did-you-mean."""
-    current: Any = ConfigSpec
-    for part in loc:
-        current = _unwrap(current)
-        if _is_model(current):
-            fields = {(f.alias or n): f for n, f in current.model_fields.items()}
-            if not isinstance(part, str) or part not in fields:
-                return []
-            current = fields[part].annotation
-        elif typing.get_origin(current) in (list, dict):
-            current = typing.get_args(current)[-1]
-        else:
-            return []
-    current = _unwrap(current)
-    return [f.alias or n for n, f in current.model_fields.items()] if _is_model(current) else []
+            self.error(known, f"`{_key(known)}`: {wording(err)}")
 
 
 def _cwd_path(text: str) -> str:
@@ -256,7 +241,7 @@ def _routes(spec: ConfigSpec, reader: _Reader) -> tuple[Route, ...]:
     routes: list[Route] = []
     first_at: dict[str, str] = {}  # receiver → the key that named it first
 
-    def add(route: Route, path: _Path) -> None:
+    def add(route: Route, path: YamlPath) -> None:
         first = first_at.setdefault(route.receiver, _key(path))
         if first != _key(path):
             reader.error(path, f"`{_key(path)}`: the same notification URL as `{first}`")
@@ -264,7 +249,7 @@ def _routes(spec: ConfigSpec, reader: _Reader) -> tuple[Route, ...]:
             routes.append(route)
 
     for i, r in enumerate(notify.routes):
-        path: _Path = ("notify", "routes", i)
+        path: YamlPath = ("notify", "routes", i)
         timing: dict[str, Any] = {
             "group_wait": notify.group_wait if r.group_wait is None else r.group_wait,
             "repeat_interval": (
@@ -301,7 +286,7 @@ def _http(spec: ConfigSpec, reader: _Reader, data: dict[str, Any]) -> HttpSettin
     host, port = h.address
     token = h.secret or None
     if not (token or h.allow_unauthenticated or is_loopback(host)):
-        path: _Path = ("http", "address")
+        path: YamlPath = ("http", "address")
         reader.error(
             path,
             f"`http.address`: {host}:{port} serves run names, values and alert messages "

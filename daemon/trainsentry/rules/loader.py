@@ -30,7 +30,7 @@ from trainsentry.rules.model import Rule, RuleSet
 from trainsentry.rules.schema import RuleFileSpec
 
 DEFAULT_PACK = "default"  # `--rules default` names the shipped pack
-_Path = tuple[str | int, ...]
+YamlPath = tuple[str | int, ...]
 
 _NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -54,11 +54,11 @@ class RuleFileError(Exception):
 
 
 @dataclass
-class _Document:
+class MarkedDocument:
     name: str
     errors: list[tuple[int, int, str]] = field(default_factory=list)
-    values: dict[_Path, yaml.Mark] = field(default_factory=dict)
-    keys: dict[_Path, yaml.Mark] = field(default_factory=dict)
+    values: dict[YamlPath, yaml.Mark] = field(default_factory=dict)
+    keys: dict[YamlPath, yaml.Mark] = field(default_factory=dict)
 
     def error(self, mark: yaml.Mark | None, message: str) -> None:
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -84,12 +84,12 @@ def _scalar(node: yaml.ScalarNode) -> Any:
     return text if special is None else special
 
 
-def _build(node: yaml.Node, path: _Path, doc: _Document) -> Any:
+def build_marked(node: yaml.Node, path: YamlPath, doc: MarkedDocument) -> Any:
     doc.values.setdefault(path, node.start_mark)
     if isinstance(node, yaml.ScalarNode):
         return _scalar(node)
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, (*path, i), doc) for i, item in enumerate(node.value)]
+        return [build_marked(item, (*path, i), doc) for i, item in enumerate(node.value)]
     if not isinstance(node, yaml.MappingNode):
         doc.error(node.start_mark, "unsupported YAML node")
         return None
@@ -97,7 +97,7 @@ def _build(node: yaml.Node, path: _Path, doc: _Document) -> Any:
     inherited: dict[str, Any] = {}
     for key_node, value_node in node.value:
         if key_node.tag == _MERGE:  # `<<: *template`: explicit keys win, wherever they are
-            merged = _build(value_node, path, doc)
+            merged = build_marked(value_node, path, doc)
             for extra in merged if isinstance(merged, list) else [merged]:
                 if isinstance(extra, dict):
                     for k, v in extra.items():
@@ -111,13 +111,13 @@ def _build(node: yaml.Node, path: _Path, doc: _Document) -> Any:
             doc.error(key_node.start_mark, f"duplicate key `{key}` (YAML keeps only the last)")
         doc.keys[(*path, key)] = key_node.start_mark
         doc.values.pop((*path, key), None)
-        out[key] = _build(value_node, (*path, key), doc)
+        out[key] = build_marked(value_node, (*path, key), doc)
     for key, value in inherited.items():
         out.setdefault(key, value)
     return out
 
 
-def _unwrap(tp: Any) -> Any:
+def unwrap(tp: Any) -> Any:
     """The model, list or dict inside Optional/Annotated/Union wrappers."""
     while True:
         origin = typing.get_origin(tp)
@@ -125,37 +125,35 @@ def _unwrap(tp: Any) -> Any:
             tp = typing.get_args(tp)[0]
         elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
-            structured = [a for a in args if typing.get_origin(a) in (list, dict) or _is_model(a)]
+            structured = [a for a in args if typing.get_origin(a) in (list, dict) or is_model(a)]
             tp = (structured or args)[0]
         else:
             return tp
 
 
-def _is_model(tp: Any) -> bool:
+def is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-def _allowed_keys(loc: _Path) -> list[str]:
-    """Field names (as written in YAML) of the model at `loc`, for did-you-mean."""
-    current: Any = RuleFileSpec
+def allowed_keys(root: type[BaseModel], loc: YamlPath) -> list[str]:
+    """Field names (as written in YAML) of the model at `loc` under `root`, for did-you-mean."""
+    current: Any = root
     for part in loc:
-        current = _unwrap(current)
-        if _is_model(current):
+        current = unwrap(current)
+        if is_model(current):
             by_alias = {(f.alias or n): f for n, f in current.model_fields.items()}
             if not isinstance(part, str) or part not in by_alias:
                 return []
             current = by_alias[part].annotation
-        elif typing.get_origin(current) is list:
-            current = typing.get_args(current)[0]
-        elif typing.get_origin(current) is dict:
-            current = typing.get_args(current)[1]
+        elif typing.get_origin(current) in (list, dict):
+            current = typing.get_args(current)[-1]  # the item, or the value of a mapping
         else:
             return []
-    current = _unwrap(current)
-    return [f.alias or n for n, f in current.model_fields.items()] if _is_model(current) else []
+    current = unwrap(current)
+    return [f.alias or n for n, f in current.model_fields.items()] if is_model(current) else []
 
 
-def _wording(err: Any) -> str:
+def wording(err: Any) -> str:
     msg = str(err["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         msg = msg.removeprefix(prefix)
@@ -168,13 +166,14 @@ def _wording(err: Any) -> str:
     return msg
 
 
-def _report(exc: ValidationError, doc: _Document) -> None:
-    seen: set[tuple[_Path, bool]] = set()
+def report(exc: ValidationError, doc: MarkedDocument, root: type[BaseModel]) -> None:
+    """Every pydantic error of a document validated as `root`, at its file:line:col."""
+    seen: set[tuple[YamlPath, bool]] = set()
     for err in exc.errors():
-        loc: _Path = tuple(err["loc"])
+        loc: YamlPath = tuple(err["loc"])
         if err["type"] == "extra_forbidden":
             key = str(loc[-1])
-            allowed = _allowed_keys(loc[:-1])
+            allowed = allowed_keys(root, loc[:-1])
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             hint = (
                 f"did you mean `{close[0]}`?" if close else f"expected one of: {', '.join(allowed)}"
@@ -193,11 +192,11 @@ def _report(exc: ValidationError, doc: _Document) -> None:
             continue
         seen.add((known, truncated))
         mark = doc.values.get(known) or doc.keys.get(known)
-        doc.error(mark, _wording(err))
+        doc.error(mark, wording(err))
 
 
-def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, _Document]:
-    doc = _Document(name)
+def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, MarkedDocument]:
+    doc = MarkedDocument(name)
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
@@ -210,7 +209,7 @@ def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, _Document]:
     nodes = [n for n in nodes if n is not None]
     if len(nodes) > 1:
         doc.error(nodes[1].start_mark, "one YAML document per rule file")
-    data = _build(nodes[0], (), doc) if nodes else {}
+    data = build_marked(nodes[0], (), doc) if nodes else {}
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -221,7 +220,7 @@ def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, _Document]:
     try:
         return RuleFileSpec.model_validate(data), doc
     except ValidationError as exc:
-        _report(exc, doc)
+        report(exc, doc, RuleFileSpec)
         return None, doc
 
 

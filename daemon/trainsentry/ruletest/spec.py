@@ -14,20 +14,20 @@ import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from trainsentry.point import Point
 from trainsentry.rules.loader import (
     DEFAULT_PACK,
+    MarkedDocument,
     RuleFileError,
-    _build,
-    _Document,
-    _Path,
-    _wording,
+    YamlPath,
+    build_marked,
     load_rules,
+    report,
 )
 from trainsentry.rules.model import RuleSet
 from trainsentry.rules.notation import NotationError, slots
@@ -119,56 +119,6 @@ class TestFileError(Exception):
         self.errors = errors
 
 
-def _allowed(loc: _Path) -> list[str]:
-    current: Any = TestFileSpec
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not _is_model(current) or part not in current.model_fields:
-            return []
-        current = _model_in(current.model_fields[part].annotation)
-    return list(current.model_fields) if _is_model(current) else []
-
-
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-def _model_in(annotation: Any) -> Any:
-    """The pydantic model inside list[...] / X | None / dict[str, X | Model], if any."""
-    stack = [annotation]
-    while stack:
-        tp = stack.pop()
-        if _is_model(tp):
-            return tp
-        stack.extend(getattr(tp, "__args__", ()))
-    return None
-
-
-def _report(exc: ValidationError, doc: _Document) -> None:
-    seen: set[_Path] = set()
-    for err in exc.errors():
-        loc: _Path = tuple(err["loc"])
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed(loc[:-1])
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
-            hint = (
-                f"did you mean `{close[0]}`?" if close else f"expected one of: {', '.join(allowed)}"
-            )
-            doc.error(doc.keys.get(loc), f"unknown key `{loc[-1]}`; {hint}")
-            continue
-        if err["type"] == "missing":
-            doc.error(doc.values.get(loc[:-1]), f"missing required key `{loc[-1]}`")
-            continue
-        known = loc
-        while known and known not in doc.values and known not in doc.keys:
-            known = known[:-1]
-        if known in seen:  # one error per spot: `str | SeriesSpec` fails twice
-            continue
-        seen.add(known)
-        doc.error(doc.values.get(known) or doc.keys.get(known), _wording(err))
-
-
 def _token_mark(mark: yaml.Mark, spec: str, offset: int) -> yaml.Mark:
     """Move `mark` onto the token at `offset` when the scalar sits on one line as written."""
     buffer, pointer = mark.buffer, mark.pointer
@@ -218,7 +168,7 @@ class Clock:
         return WALL0 + self.offsets[k] + (step - self.steps[k]) * self.paces[k]
 
 
-def _clock(spec: CaseSpec, doc: _Document, where: _Path) -> Clock | None:
+def _clock(spec: CaseSpec, doc: MarkedDocument, where: YamlPath) -> Clock | None:
     pace = spec.seconds_per_step
     if isinstance(pace, float | int):
         if pace <= 0:
@@ -238,17 +188,17 @@ def _clock(spec: CaseSpec, doc: _Document, where: _Path) -> Clock | None:
     return Clock.build(spec.start, paces)
 
 
-def _case(spec: CaseSpec, i: int, doc: _Document, rules: RuleSet) -> Case | None:
+def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case | None:
     before = len(doc.errors)
     names = [r.name for r in rules.rules]
 
-    def check_rule(name: str, where: _Path) -> None:
+    def check_rule(name: str, where: YamlPath) -> None:
         if name not in names:
             close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
             hint = f"did you mean `{close[0]}`?" if close else "it is in none of the rule files"
             doc.error(doc.values.get(where), f"unknown rule `{name}`; {hint}")
 
-    base: _Path = ("tests", i)
+    base: YamlPath = ("tests", i)
     for k, name in enumerate(spec.only or ()):
         check_rule(name, (*base, "only", k))
     for k, exp in enumerate(spec.expect_transitions or ()):
@@ -263,7 +213,7 @@ def _case(spec: CaseSpec, i: int, doc: _Document, rules: RuleSet) -> Case | None
     points: list[tuple[int, int, Point]] = []
     ticks: set[int] = set()
     for order, (tag, series) in enumerate(spec.series.items()):
-        where: _Path = (*base, "series", tag)
+        where: YamlPath = (*base, "series", tag)
         if isinstance(series, SeriesSpec):
             text, where = series.values, (*where, "values")
             start = series.start if series.start is not None else spec.start
@@ -298,7 +248,7 @@ def _case(spec: CaseSpec, i: int, doc: _Document, rules: RuleSet) -> Case | None
     )
 
 
-def _rules(spec: TestFileSpec, path: Path, doc: _Document) -> RuleSet | None:
+def _rules(spec: TestFileSpec, path: Path, doc: MarkedDocument) -> RuleSet | None:
     paths: list[str] = []
     for k, name in enumerate(spec.rule_files):
         target = name if name == DEFAULT_PACK else str(path.parent / name)
@@ -320,7 +270,7 @@ def _rules(spec: TestFileSpec, path: Path, doc: _Document) -> RuleSet | None:
 def load_test_file(path: str | Path) -> TestFile:
     """Parse and check a test file; raises TestFileError with all its errors."""
     path = Path(path)
-    doc = _Document(str(path))
+    doc = MarkedDocument(str(path))
     try:
         text = path.read_text("utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -331,7 +281,7 @@ def load_test_file(path: str | Path) -> TestFile:
         raise TestFileError(doc.rendered()) from None
     except yaml.YAMLError as exc:
         raise TestFileError([f"{path}:1:1: YAML: {exc}"]) from None
-    data = _build(node, (), doc) if node is not None else None
+    data = build_marked(node, (), doc) if node is not None else None
     if not isinstance(data, dict):
         doc.error(
             node.start_mark if node else None, "expected a mapping with `rule_files:` and `tests:`"
@@ -340,7 +290,7 @@ def load_test_file(path: str | Path) -> TestFile:
     try:
         spec = TestFileSpec.model_validate(data)
     except ValidationError as exc:
-        _report(exc, doc)
+        report(exc, doc, TestFileSpec)
         raise TestFileError(doc.rendered()) from None
     rules = _rules(spec, path, doc)
     if rules is None:
