@@ -17,17 +17,16 @@ which needs root.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
+
+from daemon_process import DaemonProcess
 
 N = 4000
 TAGS = ("loss", "grad_norm")
@@ -44,50 +43,13 @@ with open(path, "a") as f:
 """
 
 
-class Life:
-    """One `trainsentry run -vv` process: the points it printed, complete lines only."""
+def life(root: Path, state: Path) -> DaemonProcess:
+    """One `trainsentry run -vv` process on the shared state dir."""
+    return DaemonProcess(str(root), "-vv", "--http", "off", "--state-dir", str(state))
 
-    def __init__(self, root: Path, state: Path) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trainsentry",
-                "run",
-                str(root),
-                "-vv",
-                "--http",
-                "off",
-                "--state-dir",
-                str(state),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.points: list[tuple[str, int]] = []
-        self.changed = threading.Condition()
-        self._thread = threading.Thread(target=self._collect, daemon=True)
-        self._thread.start()
 
-    def _collect(self) -> None:
-        assert self.proc.stdout is not None
-        for text in self.proc.stdout:
-            if text.startswith("{") and text.endswith("\n"):  # a kill may cut the last
-                p = json.loads(text)
-                with self.changed:
-                    self.points.append((p["tag"], p["step"]))
-                    self.changed.notify_all()
-
-    def wait_until(self, done: Callable[[], bool], timeout: float = 30) -> None:
-        with self.changed:
-            assert self.changed.wait_for(done, timeout)
-
-    def end(self, sig: int) -> list[tuple[str, int]]:
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=30)
-        self._thread.join(timeout=30)
-        return self.points
+def printed(points: list[dict]) -> list[tuple[str, int]]:
+    return [(p["tag"], p["step"]) for p in points]
 
 
 def stretches(points: list[tuple[str, int]]) -> dict[str, list[int]]:
@@ -110,15 +72,24 @@ def test_random_kills_during_a_live_run_skip_nothing_and_repeat_only_uncommitted
     lives: list[list[tuple[str, int]]] = []
     try:
         for _ in range(KILLS):
-            life = Life(root, state)
+            killed = life(root, state)
             time.sleep(rng.uniform(0.2, 1.4))  # at startup, mid-backfill or live
-            lives.append(life.end(signal.SIGKILL))
+            lives.append(printed(killed.stop(signal.SIGKILL)))
         assert writer.wait(timeout=60) == 0
-        last = Life(root, state)
+        last = life(root, state)
         seen = {p for points in lives for p in points}
         missing = {(t, s) for t in TAGS for s in range(N)} - seen
-        last.wait_until(lambda: missing <= set(last.points))
-        lives.append(last.end(signal.SIGTERM))
+        got: set[tuple[str, int]] = set()
+        looked = 0
+
+        def complete() -> bool:  # called on every line: only look at the new points
+            nonlocal looked
+            got.update(printed(last.points[looked:]))
+            looked = len(last.points)
+            return missing <= got
+
+        last.wait_until(complete)
+        lives.append(printed(last.stop(signal.SIGTERM)))
     finally:
         writer.kill()
         writer.wait()

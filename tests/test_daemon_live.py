@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from daemon_process import DaemonProcess
 
 from trainsentry.point import Point
 from trainsentry.runtime import Daemon
@@ -53,66 +52,19 @@ def test_points_from_a_live_writer_arrive_once_and_in_order(tmp_path: Path, kind
     assert len(got) == 2 * N
 
 
-class DaemonProcess:
-    """`trainsentry run -vv` in a subprocess, its point lines collected as they come.
-
-    Its stdout is drained by a thread all along: a daemon blocked on a full
-    pipe could not act on a signal.
-    """
-
-    def __init__(self, root: Path, state: Path) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trainsentry",
-                "run",
-                str(root),
-                "-vv",
-                "--state-dir",
-                str(state),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.points: list[dict] = []
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._collect, daemon=True)
-        self._thread.start()
-
-    def _collect(self) -> None:
-        assert self.proc.stdout is not None
-        for text in self.proc.stdout:
-            if text.startswith("{") and text.endswith("\n"):  # kill -9 may cut the last
-                with self._changed:
-                    self.points.append(json.loads(text))
-                    self._changed.notify_all()
-
-    def wait_for(self, count: int, timeout: float = 60) -> None:
-        with self._changed:
-            assert self._changed.wait_for(lambda: len(self.points) >= count, timeout)
-
-    def stop(self, sig: int = signal.SIGTERM) -> list[dict]:
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=30)
-        self._thread.join(timeout=30)
-        return self.points
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_daemon_stopped_mid_file_resumes_where_it_stopped(tmp_path: Path, sig: int) -> None:
     root, state = tmp_path / "logs", tmp_path / "state"
     (root / "job").mkdir(parents=True)
     n = 3000
-    daemon = DaemonProcess(root, state)
+    daemon = DaemonProcess(str(root), "-vv", "--state-dir", str(state))
     writer = start_writer("jsonl", root / "job", n)
-    daemon.wait_for(300)  # the writer is mid-file now
+    daemon.wait_for_points(300)  # the writer is mid-file now
     first = daemon.stop(sig)
     assert writer.wait(timeout=60) == 0
-    daemon = DaemonProcess(root, state)
+    daemon = DaemonProcess(str(root), "-vv", "--state-dir", str(state))
     try:
-        daemon.wait_for(2 * n - len(first))
+        daemon.wait_for_points(2 * n - len(first))
     finally:
         second = daemon.stop()
     seen = Counter((p["tag"], p["step"]) for p in first + second)

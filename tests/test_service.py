@@ -11,6 +11,8 @@ import threading
 import urllib.request
 from pathlib import Path
 
+from daemon_process import DaemonProcess
+
 from trainsentry.point import Point
 from trainsentry.runtime import Daemon
 from trainsentry.shard import parse_shard
@@ -31,40 +33,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Running:
-    """The real daemon in a subprocess; its output lines are collected as they come."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainsentry", "run", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        threading.Thread(target=self._collect, daemon=True).start()
-
-    def _collect(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-
-    def wait_for(self, text: str, timeout: float = 30) -> str:
-        with self._changed:
-            found = self._changed.wait_for(
-                lambda: any(text in line for line in self.lines), timeout
-            )
-        assert found, f"{text!r} not in output:\n{''.join(self.lines)}"
-        return next(line for line in self.lines if text in line)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-
-
 def get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return resp.status, resp.read().decode()
@@ -75,9 +43,16 @@ def test_running_daemon_serves_health_metrics_runs_and_status(tmp_path: Path) ->
     root.mkdir(parents=True)
     (root / "m.jsonl").write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
     address = f"127.0.0.1:{free_port()}"
-    daemon = Running(str(tmp_path / "logs"), "--state-dir", str(tmp_path / "s"), "--http", address)
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"),
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--http",
+        address,
+        merge_stderr=True,
+    )
     try:
-        daemon.wait_for(f"API on http://{address}")
+        daemon.wait_for_text(f"API on http://{address}")
         assert get(f"http://{address}/healthz")[0] == 200
         runs: list[dict] = []
         stop = threading.Event()
@@ -107,16 +82,23 @@ def test_sighup_reloads_rules_and_keeps_the_old_ones_when_the_new_are_broken(
     config = tmp_path / "trainsentry.yaml"
     config.write_text(f"rules: [{rules}]\nhttp: {{address: 'off'}}\n")
     (tmp_path / "logs").mkdir()
-    daemon = Running(str(tmp_path / "logs"), "--config", str(config), "--state-dir", str(tmp_path))
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"),
+        "--config",
+        str(config),
+        "--state-dir",
+        str(tmp_path),
+        merge_stderr=True,
+    )
     try:
-        daemon.wait_for("with 1 rules")
+        daemon.wait_for_text("with 1 rules")
         rules.write_text("rules:\n  - name: broken\n    metric: loss\n    severity: loud\n")
         daemon.proc.send_signal(signal.SIGHUP)
-        assert "mine.yaml:4:15" in daemon.wait_for("mine.yaml:")
-        daemon.wait_for("reload failed; the old rules keep running")
+        assert "mine.yaml:4:15" in daemon.wait_for_text("mine.yaml:")
+        daemon.wait_for_text("reload failed; the old rules keep running")
         rules.write_text(RULE.format(name="first") + RULE.format(name="second")[len("rules:\n") :])
         daemon.proc.send_signal(signal.SIGHUP)
-        daemon.wait_for("reloaded 2 rules")
+        daemon.wait_for_text("reloaded 2 rules")
     finally:
         daemon.stop()
 
@@ -156,12 +138,14 @@ def test_shards_split_the_runs_between_daemons(tmp_path: Path) -> None:
 def test_a_storm_of_signals_never_deadlocks_the_loop(tmp_path: Path) -> None:
     """Signal handlers only set flags: one that took a lock could hang the main thread."""
     (tmp_path / "logs").mkdir()
-    daemon = Running(str(tmp_path / "logs"), "--http", "off", "--state-dir", str(tmp_path))
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"), "--http", "off", "--state-dir", str(tmp_path), merge_stderr=True
+    )
     try:
-        daemon.wait_for("watching")
+        daemon.wait_for_text("watching")
         for _ in range(300):
             daemon.proc.send_signal(signal.SIGHUP)
-        daemon.wait_for("reloaded")
+        daemon.wait_for_text("reloaded")
     finally:
         daemon.stop()
     assert daemon.proc.returncode == 0

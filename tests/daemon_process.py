@@ -1,0 +1,62 @@
+"""`trainsentry run` in a subprocess for the end-to-end tests, its output collected as it comes.
+
+Stdout is drained by a thread all along: a daemon blocked on a full pipe
+could not act on a signal. Point lines (`-vv`) are parsed as they arrive; a
+kill -9 may cut the last line, so only complete lines count.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+WAIT = 60.0
+
+
+class DaemonProcess:
+    def __init__(self, *args: str, merge_stderr: bool = False) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainsentry", "run", *args],
+            stdout=subprocess.PIPE,
+            # merged only where no point lines are parsed: a large stdout write and
+            # a stderr line may interleave mid-line in one pipe
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.points: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._collect, daemon=True)
+        self._thread.start()
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for text in self.proc.stdout:
+            with self._changed:
+                self.lines.append(text)
+                if text.startswith("{") and text.endswith("\n"):
+                    self.points.append(json.loads(text))
+                self._changed.notify_all()
+
+    def wait_until(self, done: Callable[[], bool], timeout: float = WAIT) -> None:
+        with self._changed:
+            assert self._changed.wait_for(done, timeout), "".join(self.lines[-20:])
+
+    def wait_for_points(self, count: int) -> None:
+        self.wait_until(lambda: len(self.points) >= count)
+
+    def wait_for_text(self, text: str) -> str:
+        """The first output line containing `text`, once there is one."""
+        self.wait_until(lambda: any(text in line for line in self.lines))
+        return next(line for line in self.lines if text in line)
+
+    def stop(self, sig: int = signal.SIGTERM) -> list[dict[str, Any]]:
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+        self._thread.join(timeout=30)
+        return self.points
