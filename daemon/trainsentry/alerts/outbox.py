@@ -148,6 +148,13 @@ class Outbox:
                 [(due, error, k) for k in keys],
             )
 
+    def defer(self, keys: Iterable[str], due: float) -> None:
+        """Not before `due`, and no attempt counted: held back on purpose, not failed."""
+        with self._lock, Transaction(self._db):
+            self._db.executemany(
+                "UPDATE outbox SET due = ? WHERE key = ?", [(due, k) for k in keys]
+            )
+
     def give_up(self, keys: Iterable[str], error: str, now: float) -> None:
         with self._lock, Transaction(self._db):
             self._db.executemany(
