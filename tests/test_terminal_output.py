@@ -78,7 +78,7 @@ def test_alerts_on_a_terminal_are_coloured_by_severity_with_the_message_under_th
         *time.strftime("%H:%M:%S", time.localtime(NOW)).split(),
         "FIRING", "critical", "exp1/seed0", "loss_non_finite", "train/loss", "step", "60",
     ]  # fmt: skip
-    assert lines[1] == " " * console.INDENT + "loss at step 60 is nan"
+    assert lines[1] == " " * 10 + "loss at step 60 is nan"  # under the head, past the time
     assert lines[2].strip() == "runbook: Stop the run and resume from the last good checkpoint."
     assert "loss_plateau" in lines[3] and lines[4].strip() == "loss stopped improving"
 
@@ -109,7 +109,7 @@ def test_no_color_keeps_the_layout_and_drops_the_colour(monkeypatch: pytest.Monk
     AlertPrinter(since=0, out=out)([FIRED, WARNED])
     assert "\x1b[31m" not in out.getvalue() and "31m" not in out.getvalue()
     assert "33m" not in out.getvalue()
-    assert plain(out.getvalue()).splitlines()[1].rstrip() == " " * console.INDENT + FIRED.message
+    assert plain(out.getvalue()).splitlines()[1].rstrip() == " " * 10 + FIRED.message
 
 
 def test_color_never_is_plain_on_a_terminal_and_always_is_rich_in_a_pipe() -> None:
@@ -142,7 +142,7 @@ def test_replay_in_a_terminal_groups_per_run_and_ends_with_a_summary_table(
     assert any(x.endswith("step 79  (run finished)") for x in lines)
     summary = lines.index("summary")
     assert lines[summary + 1].split() == [
-        "run", "firing", "first", "warning", "first", "critical", "rules",
+        "run", "fired", "warning", "at", "critical", "at", "rules",
     ]  # fmt: skip
     assert lines[summary + 2].split() == ["logs/exp/bad", "1", "-", "step", "60", "loss_non_finite"]
     assert lines[-1] == "1 firing transitions in 1 run(s)"

@@ -14,10 +14,9 @@ import json
 import logging
 import os
 import sys
-import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainsentry import __version__
 
@@ -34,7 +33,7 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (what is wrong, where to look), not the usage block."""
 
-    def error(self, message: str) -> typing.NoReturn:
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -311,7 +310,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if console.is_rich(sys.stdout):
         console.print_status(console.console_for(sys.stdout), *loaded(runs, alerts))
     else:
-        sys.stdout.write(render_status(runs, alerts))
+        print(render_status(runs, alerts))
     return 0
 
 

@@ -31,7 +31,6 @@ MODES = ("auto", "always", "never")
 _mode = "auto"
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow"}
-INDENT = 10  # message and runbook lines hang under the head line's first column
 
 
 def set_color(mode: str) -> None:
@@ -88,34 +87,35 @@ def transition_block(
     runbook: bool = True,
     when: str | None = None,
 ) -> RenderableType:
-    """One transition: a head line (when, state, severity, run, rule, metric, step), then why.
+    """One transition: when, then a head (state, severity, run, rule, metric, step) and why.
 
-    A firing alert's message (and runbook) hang under the head line; a resolve
-    is one dimmed line ending in its reason.
+    A two-column grid, so that everything after the time — a head that wraps
+    on a narrow terminal, the message, the runbook — hangs in the second
+    column. A resolve is one dimmed row ending in its reason.
     """
-    from rich.console import Group
-    from rich.padding import Padding
+    from rich.table import Table
     from rich.text import Text
 
     resolved = t.state == "resolved"
     state = "resolved" if resolved else "ESCALATED" if t.escalated_from else t.state.upper()
     quiet = "dim" if resolved else ""
     head = Text(overflow="fold")
-    head.append(f"{when or _when(t.wall_time, with_date)}  ", style="dim")
     head.append(f"{state:<9} {t.severity:<8} ", style=quiet or SEVERITY_STYLE.get(t.severity, ""))
     if show_run:
         head.append(f"{t.run}  ", style=quiet or "cyan")
     head.append(t.rule, style=quiet or "bold")
     head.append(f"  {t.metric}  step {t.step}", style=quiet)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    grid.add_row(when or _when(t.wall_time, with_date), head)
     if resolved:
         head.append(f"  ({t.reason or 'recovered'})", style="dim italic")
-        return head
-    lines: list[RenderableType] = [head, Padding(Text(t.message), (0, 0, 0, INDENT), expand=False)]
+        return grid
+    grid.add_row("", Text(t.message))
     if runbook and t.runbook:
-        lines.append(
-            Padding(Text(f"runbook: {t.runbook}", style="dim"), (0, 0, 0, INDENT), expand=False)
-        )
-    return Group(*lines)
+        grid.add_row("", Text(f"runbook: {t.runbook}", style="dim"))
+    return grid
 
 
 def print_alerts(console: Console, transitions: Iterable[Transition]) -> None:
@@ -158,18 +158,21 @@ def print_replay(console: Console, transitions: Sequence[Transition]) -> None:
     if not fired:
         console.print(Text("no alerts", style="green"))
         return
-    table = Table(title="summary", title_justify="left", box=None, header_style="bold")
-    for name, justify in (("run", "left"), ("firing", "right"), ("first warning", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    table.add_column("first critical", justify="right", style="red")
-    table.add_column("rules", overflow="fold")
+    table = Table(
+        title="summary", title_justify="left", box=None, header_style="bold", pad_edge=False
+    )
+    table.add_column("run", overflow="fold")
+    table.add_column("fired", justify="right")
+    table.add_column("warning at", justify="right", no_wrap=True)
+    table.add_column("critical at", justify="right", no_wrap=True, style="red")
+    table.add_column("rules", overflow="fold")  # one a line: a name is cut only if it must
     for run, items in runs.items():
         firing = [t for t in items if t.state == "firing"]
         first = {
             severity: next((f"step {t.step}" for t in firing if t.severity == severity), "-")
             for severity in ("warning", "critical")
         }
-        rules = ", ".join(dict.fromkeys(t.rule for t in firing)) or "-"
+        rules = "\n".join(dict.fromkeys(t.rule for t in firing)) or "-"
         table.add_row(run, str(len(firing)), first["warning"], first["critical"], rules)
     console.print(table)
     console.print(Text(f"{len(fired)} firing transitions in {len(runs)} run(s)", style="bold"))
