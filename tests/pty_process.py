@@ -21,6 +21,8 @@ import sys
 import termios
 import time
 
+import pytest
+
 COLUMNS, LINES = 120, 40
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -105,6 +107,13 @@ class PtyProcess:
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.wait()
+
+
+def terminal_env(monkeypatch: pytest.MonkeyPatch, columns: int = COLUMNS) -> None:
+    """The environment of a colour terminal of a known width, whatever runs the tests."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", str(columns))
 
 
 class TtyBuffer(io.StringIO):

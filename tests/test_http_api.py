@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from pty_process import TtyBuffer, plain
+from pty_process import TtyBuffer, plain, terminal_env
 
 from trainsentry.http_api import (
     ApiServer,
@@ -262,7 +262,7 @@ def test_status_fetches_and_renders_the_running_daemon(view: FakeView) -> None:
 def test_on_a_narrow_terminal_status_wraps_messages_instead_of_cutting_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal_env(monkeypatch)
     runs, alerts = loaded(json.dumps(runs_document(SNAPSHOT, NOW)), alerts_document(SNAPSHOT, NOW))
     out = TtyBuffer()
     screen = console.console_for(out)

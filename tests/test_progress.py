@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pty_process import TtyBuffer, plain, screen_lines
+from pty_process import TtyBuffer, plain, screen_lines, terminal_env
 
 from trainsentry import runtime
 from trainsentry.progress import BackfillReporter, human_count
@@ -67,8 +67,7 @@ def test_a_log_gets_a_line_every_few_seconds_then_caught_up() -> None:
 def test_a_terminal_gets_a_progress_bar_redrawn_in_place_then_caught_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.setenv("COLUMNS", "100")
+    terminal_env(monkeypatch, columns=100)
     out, clock = TtyBuffer(), Clock()
     report = BackfillReporter(out, clock=clock)
     for t in (0.1, 0.3, 0.45, 0.6):  # 0.45: within 0.2 s of the last draw, skipped
@@ -91,7 +90,7 @@ def test_a_terminal_gets_a_progress_bar_redrawn_in_place_then_caught_up(
 def test_an_alert_during_the_backfill_is_printed_above_the_bar(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal_env(monkeypatch)
     screen, clock = TtyBuffer(), Clock()  # stdout and stderr on one terminal
     report = BackfillReporter(screen, clock=clock)
     printer = AlertPrinter(since=0, out=screen)

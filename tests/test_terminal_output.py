@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from daemon_process import DaemonProcess
 from notify_endpoints import free_port
-from pty_process import PtyProcess, TtyBuffer, plain
+from pty_process import PtyProcess, TtyBuffer, plain, terminal_env
 
 from trainsentry.replay import format_text
 from trainsentry.rules.lifecycle import Transition
@@ -32,9 +32,7 @@ NOW = time.time()
 
 @pytest.fixture(autouse=True)
 def colour_auto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.setenv("TERM", "xterm")
-    monkeypatch.setenv("COLUMNS", "120")
+    terminal_env(monkeypatch)
     yield
     console.set_color("auto")
 

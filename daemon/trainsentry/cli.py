@@ -520,10 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("watchdog").setLevel(logging.WARNING)
-    if getattr(args, "color", "auto") != "auto":
-        from trainsentry.sinks import console
+    from trainsentry.sinks import console  # rich itself is imported only when drawing
 
-        console.set_color(args.color)
+    console.set_color(getattr(args, "color", "auto"))
     try:
         return int(args.func(args))
     except UsageError as exc:
