@@ -12,6 +12,7 @@ import pytest
 from pty_process import TtyBuffer, plain, screen_lines, terminal_env
 
 from trainsentry import runtime
+from trainsentry.point import Point
 from trainsentry.progress import BackfillReporter, human_count
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.runtime import Backfill, Daemon
@@ -164,3 +165,36 @@ def test_the_service_logs_caught_up_when_not_on_a_terminal(tmp_path: Path) -> No
         proc.terminate()
         proc.wait(timeout=30)
     assert line == "trainsentry: caught up: 1 files, 1.0k points in " + line.split(" in ")[1]
+
+
+def test_a_stop_during_the_backfill_ends_it_and_leaves_the_rest_for_the_next_start(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "logs"
+    for name in ("a", "b", "c"):
+        write_log(root / name / "m.jsonl", 100)
+    read: list[tuple[str, int]] = []
+    backfills: list[Backfill] = []
+
+    def then_stop(points: list[Point]) -> None:  # as Ctrl-C after the first file
+        read.append((points[0].run, len(points)))
+        first.stop()
+
+    first = Daemon([root], StateDB(tmp_path / "state.db"), [then_stop], poll=60)
+    first.on_backfill = backfills.append
+    first.start()
+    first.close()
+    assert read == [("a", 200)]  # loss and lr
+    assert not any(b.done for b in backfills)  # not "caught up": it was not
+    assert backfills[-1].stopped and (backfills[-1].files_done, backfills[-1].files_total) == (1, 3)
+    out = io.StringIO()
+    BackfillReporter(out)(backfills[-1])
+    assert out.getvalue() == (
+        "trainsentry: backfill stopped at 1/3 files, 200 points; "
+        "the rest is read at the next start\n"
+    )
+    rest: list[Point] = []
+    second = Daemon([root], StateDB(tmp_path / "state.db"), [rest.extend], poll=60)
+    second.start()
+    second.close()
+    assert sorted({p.run for p in rest}) == ["b", "c"] and len(rest) == 400

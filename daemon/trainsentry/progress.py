@@ -47,13 +47,16 @@ class BackfillReporter:
         self._next = clock() + every
 
     def __call__(self, b: Backfill) -> None:
-        if b.done:
+        if b.done or b.stopped:
             line = (
                 f"trainsentry: caught up: {b.files_total} files, {human_count(b.points)} points "
                 f"in {b.seconds:.1f} s"
+                if b.done
+                else f"trainsentry: backfill stopped at {b.files_done}/{b.files_total} files, "
+                f"{human_count(b.points)} points; the rest is read at the next start"
             )
             if self._bar is not None:
-                self._bar.finish(line)
+                self._bar.finish(line, style="green" if b.done else "yellow")
             else:
                 self._write(line)
             return

@@ -281,12 +281,12 @@ class BackfillBar:
                 atexit.unregister(self.close)
             _bar = None
 
-    def finish(self, line: str) -> None:
+    def finish(self, line: str, style: str = "green") -> None:
         from rich.text import Text
 
         self.close()
         with signals_deferred():
-            self.console.print(Text(line, style="green"))
+            self.console.print(Text(line, style=style))
 
 
 _bar: BackfillBar | None = None  # the bar on screen now, which alert writes step around
