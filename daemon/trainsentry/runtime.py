@@ -95,6 +95,7 @@ class Backfill:
     points: int
     seconds: float
     done: bool
+    stopped: bool = False  # the daemon stopped before it caught up; the rest is read next start
 
 
 class Daemon:
@@ -167,6 +168,8 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
+        if self._backfill_start is not None:  # stopped mid-backfill: say so, not "caught up"
+            self._backfilled(None, 0, more=False, stopped=True)
         self._watcher.stop()
         self._save()
         self._snapshot()
@@ -326,7 +329,11 @@ class Daemon:
         touched: list[FileTail] = []
         gone: list[str] = []
         again: set[str] = set()
-        for key in sorted(keys):
+        order = sorted(keys)
+        for i, key in enumerate(order):
+            if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
+                again.update(order[i:])
+                break
             tail = self._tails.get(key)
             if tail is None:
                 continue
@@ -367,13 +374,15 @@ class Daemon:
             self._snapshot()
         return delivered
 
-    def _backfilled(self, key: str | None, points: int, *, more: bool) -> None:
+    def _backfilled(
+        self, key: str | None, points: int, *, more: bool, stopped: bool = False
+    ) -> None:
         """Track the startup read; key None means the cycle left nothing unread: caught up."""
         assert self._backfill_start is not None
         self._backfill_points += points
         if key is not None and not more:
             self._caught_up.add(key)
-        done = key is None
+        done = key is None and not stopped
         if self.on_backfill is not None:
             self.on_backfill(
                 Backfill(
@@ -382,9 +391,10 @@ class Daemon:
                     points=self._backfill_points,
                     seconds=time.monotonic() - self._backfill_start,
                     done=done,
+                    stopped=stopped,
                 )
             )
-        if done:
+        if done or stopped:
             self._backfill_start = None
             self._caught_up.clear()
 

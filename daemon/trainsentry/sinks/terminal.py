@@ -1,5 +1,8 @@
 """Alert transitions for a person watching the terminal, and for a file other tools tail.
 
+On a terminal the alerts are drawn by console.py (coloured by severity,
+resolves dimmed); anywhere else they are the plain `replay` timeline lines.
+
 Both skip history: when the daemon starts on a directory of old runs, it must
 evaluate them to know their state, but telling someone that a run finished
 last month had a loss spike is noise. Transitions older than the horizon
@@ -17,9 +20,7 @@ from typing import TextIO
 from trainsentry.replay import format_text
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.shutdown import signals_deferred
-
-COLOURS = {"critical": "\033[1;31m", "warning": "\033[33m", "resolved": "\033[32m"}
-RESET = "\033[0m"
+from trainsentry.sinks import console
 
 
 class AlertPrinter:
@@ -33,29 +34,25 @@ class AlertPrinter:
         self.since = since
         self.hidden = 0
         self._out = out
-        self._colour = out.isatty()
+        self._rich = console.console_for(out) if console.is_rich(out) else None
         self._jsonl = jsonl_path.open("a", encoding="utf-8") if jsonl_path else None
 
     def __call__(self, transitions: list[Transition]) -> None:
-        if transitions:
-            with signals_deferred():
-                self._write(transitions)
-
-    def _write(self, transitions: list[Transition]) -> None:
-        for t in transitions:
-            if t.wall_time < self.since:  # NaN (no time) is shown
-                self.hidden += 1
-                continue
-            line = format_text(t)
-            if self._colour:
-                key = "resolved" if t.state == "resolved" else t.severity
-                line = COLOURS.get(key, "") + line + RESET
-            self._out.write(line + "\n")
+        shown = [t for t in transitions if not t.wall_time < self.since]  # NaN (no time) is shown
+        self.hidden += len(transitions) - len(shown)
+        if not shown:
+            return
+        with signals_deferred():
+            if self._rich is not None:
+                console.print_alerts(self._rich, shown)
+            else:
+                self._out.write("".join(format_text(t) + "\n" for t in shown))
+                self._out.flush()
             if self._jsonl is not None:
-                self._jsonl.write(json.dumps(t.as_dict(), ensure_ascii=False) + "\n")
-        self._out.flush()
-        if self._jsonl is not None:
-            self._jsonl.flush()
+                self._jsonl.write(
+                    "".join(json.dumps(t.as_dict(), ensure_ascii=False) + "\n" for t in shown)
+                )
+                self._jsonl.flush()
 
     def close(self) -> None:
         if self._jsonl is not None:
