@@ -17,12 +17,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from daemon_process import DaemonProcess
-from notify_endpoints import HttpReceiver, Request
+from notify_endpoints import HttpReceiver, Request, free_port
+from prometheus_client.parser import text_string_to_metric_families
 from test_outbox_crash import confirmed, delivered
 
 from trainsentry.reading import iter_points
@@ -77,6 +79,12 @@ def offset(tmp: Path, log: Path, table: str = "offsets") -> int | None:
     return found[0] if found else None
 
 
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def wait_until(check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not check():
@@ -113,10 +121,14 @@ def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     first.stop(signal.SIGKILL)
     assert alerts(tmp_path) == []
 
-    second = start(tmp_path)
+    address = f"127.0.0.1:{free_port()}"
+    second = start(tmp_path, "--http", address)  # the last --http wins
     write(job, range(11, 50), high)
     second.wait_until(lambda: ("resolved", 40) in alerts(tmp_path))
+    metrics = scrape(f"http://{address}/metrics")
     second.stop()
+    # relearned: what the first life read after its snapshot (8..10), or all it read (0..7)
+    assert metrics["trainsentry_points_relearned_total"] == (3 if saved == "snapshot" else 8)
     rules = load_rules([str(tmp_path / "rules.yaml")])
     expected = replay_transitions(iter_points([tmp_path / "logs"]), rules)
     assert [(t.state, t.step) for t in expected if t.reason != "run finished"] == [

@@ -80,6 +80,11 @@ class Memory(Protocol):
 class Stats:
     points: int = 0
     relearned: int = 0  # points read again after a restart to rebuild the alert state
+    state_saves: int = 0  # alert-state snapshots written
+    state_save_failures: int = 0
+    state_saved_at: float | None = None  # time.time() of the last snapshot written
+    state_save_seconds: float = 0.0  # how long the last one took
+    state_bytes: int = 0  # its size
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
@@ -442,6 +447,10 @@ class Daemon:
                 self._memory.digest, blob, [t.position() for t in self._tails.values()]
             )
         except Exception as exc:  # a full disk must not stop reading; the next try may work
+            self.stats.state_save_failures += 1
             self._on_error(f"could not save the alert state: {exc}")
-        spent = time.monotonic() - began
+        else:
+            self.stats.state_saves += 1
+            self.stats.state_saved_at, self.stats.state_bytes = time.time(), len(blob)
+        spent = self.stats.state_save_seconds = time.monotonic() - began
         self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)
