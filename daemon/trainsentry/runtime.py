@@ -334,7 +334,9 @@ class Daemon:
         touched: list[FileTail] = []
         gone: list[str] = []
         again: set[str] = set()
-        order = sorted(keys)
+        # Files still relearning first: the restored state catches up on every file
+        # before new points of any run are judged, as they were seen live.
+        order = sorted(keys, key=lambda k: (not self._relearning(k), k))
         for i, key in enumerate(order):
             if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
                 again.update(order[i:])
@@ -378,6 +380,10 @@ class Daemon:
         if time.monotonic() >= self._next_snapshot:
             self._snapshot()
         return delivered
+
+    def _relearning(self, key: str) -> bool:
+        tail = self._tails.get(key)
+        return tail is not None and tail.relearning
 
     def _backfilled(
         self, key: str | None, points: int, *, more: bool, stopped: bool = False
