@@ -8,9 +8,9 @@ Where each statistic is taken, and why there:
 - its forward hook captures the loss when the model returns one (HF models,
   many Lightning modules) and disarms the activation hooks;
 - gradient norms are taken when backward ends (a hook on the model's output
-  queues a callback on the autograd engine, which queues itself once more so
-  it runs after DDP's own end-of-backward callback has written the averaged
-  gradients): gradients are
+  queues a callback on the autograd engine; in a distributed job it queues
+  itself once more, so it runs after DDP's own end-of-backward callback has
+  written the averaged gradients): gradients are
   complete and still *before clipping*, so an explosion that
   clip_grad_norm_ hides from the optimizer is still visible, and the total
   equals what clip_grad_norm_ returns (HF's and Lightning's logged norm).
@@ -108,7 +108,7 @@ class Probe:
         self.sampler = (
             ActivationSampler(inner) if options.activations and options.sample_every else None
         )
-        every = options.transfer_every or (1 if self.device.type == "cpu" else 20)
+        every = options.transfer_every or 20
         self._prefix = "probe" if self.rank == 0 else f"rank{self.rank}/probe"
         meta = functools.partial(
             meta_record,
@@ -126,6 +126,10 @@ class Probe:
             self.path, meta, RecordRenderer(self.layers, self._prefix).render
         )
         self.amp = ScalerWatch(options.grad_scaler)
+        dist = torch.distributed
+        distributed = dist.is_available() and dist.is_initialized()
+        # DDP writes the averaged gradients in an end-of-backward callback of its own
+        self._backward_end = self._requeue if distributed else self._on_backward_end
         self.steps = Steps(
             options,
             self.layers,
@@ -188,7 +192,7 @@ class Probe:
         """A tensor hook (returns None: the gradient passes unchanged)."""
         if self.failed is None and not self.closed:
             engine = torch.autograd.Variable._execution_engine
-            engine.queue_callback(self._requeue)
+            engine.queue_callback(self._backward_end)
 
     def _requeue(self) -> None:
         """Runs as backward ends; goes to the back of the queue once more, behind the
