@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import trainsentry_probe
+from trainsentry_probe.activations import ActivationSampler
 from trainsentry_probe.probe import Probe
 from trainsentry_probe.writer import RecordWriter
 
@@ -148,6 +149,8 @@ class HookClock:
     def __enter__(self) -> HookClock:
         for name in HOOKS:
             self._wrap(Probe, name, "hooks")
+        for name in ("_measure", "embedding_stats"):  # the activation hooks' bodies
+            self._wrap(ActivationSampler, name, "hooks")
         self._wrap(RecordWriter, "_lines", "writer")
         return self
 
