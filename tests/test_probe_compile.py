@@ -9,32 +9,19 @@ records, and bit-identical training.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from probe_loops import Net, read
 from torch import nn
 from torch._dynamo.utils import counters
 
 import trainsentry_probe
 
 BACKEND = "aot_eager"
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(16, 16)
-        self.squash = nn.Tanh()
-        self.head = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.squash(self.fc2(self.act(self.fc1(x)))))
 
 
 def train(logdir: Path | None, order: str, steps: int = 8, **options: Any) -> dict[str, Any]:
@@ -71,11 +58,6 @@ def train(logdir: Path | None, order: str, steps: int = 8, **options: Any) -> di
         assert probe.failed is None
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     return {"norms": norms, "frames": frames, "weights": weights}
-
-
-def read(logdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    lines = (logdir / "trainsentry-probe.rank0.jsonl").read_text().splitlines()
-    return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
 
 @pytest.mark.parametrize("order", ["compile_then_watch", "watch_then_compile"])
