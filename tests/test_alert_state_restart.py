@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -249,3 +250,33 @@ def test_twenty_kills_during_a_live_run_lose_no_alert_and_send_none_twice(
     printed = Counter(alerts(tmp_path))
     assert set(printed) == expected, why
     assert sum(printed.values()) - len(printed) <= KILLS, why
+
+
+def test_a_run_deleted_while_the_daemon_was_down_is_resolved_at_the_restart(
+    tmp_path: Path, job: Path
+) -> None:
+    """Else its restored alert would be repeated, and re-sent to Alertmanager, forever.
+
+    Its data is older than the second life's history horizon; the resolve is
+    told all the same, because the firing was.
+    """
+    receiver = HttpReceiver()
+    url = f"json://{receiver.url}/hook"
+    try:
+        write(job, range(0, 20), range(0, 20))
+        (tmp_path / "logs" / "exp2").mkdir()  # a healthy run that stays
+        write(tmp_path / "logs" / "exp2" / "metrics.jsonl", range(0, 20), range(0))
+        first = start(tmp_path, "--notify", url)
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 1)
+        first.stop()
+        shutil.rmtree(job.parent)
+        second = start(tmp_path, "--notify", url, "--history", "3600")  # the last wins
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 2)
+        second.wait_until(lambda: ("resolved", 19) in alerts(tmp_path))
+        second.stop()
+    finally:
+        receiver.close()
+    assert alerts(tmp_path) == [("firing", 10), ("resolved", 19)]
+    resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
+    assert (resolved["run"], resolved["reason"]) == ("exp1", "no longer watched")
+    assert "no longer watched" in receiver.requests[1].json()["message"]

@@ -75,6 +75,10 @@ class Memory(Protocol):
         """Points delivered before the restart, read again to rebuild the state."""
         ...
 
+    def keep_only(self, runs: set[str]) -> None:
+        """After the first sweep: release the restored runs no file is followed for."""
+        ...
+
 
 @dataclass(slots=True)
 class Stats:
@@ -163,6 +167,8 @@ class Daemon:
         if self.poll is None:
             self._watcher.watch([r.top for r in self.roots])
         self.sweep()
+        if self._memory is not None:  # runs deleted, or no longer watched, while it was down
+            self._memory.keep_only({t.log.run for t in self._tails.values()})
 
     def run_forever(self) -> None:
         self.start()

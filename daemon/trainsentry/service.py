@@ -110,7 +110,13 @@ class Service:
     # -- the pipeline ---------------------------------------------------------
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        self.printer(transitions)
+        book = self.notifier.book
+        told = frozenset(
+            t.key
+            for t in transitions
+            if t.state == "resolved" and (entry := book.get(t.key)) is not None and entry.shown
+        )
+        self.printer(transitions, told)
         self.notifier.submit(transitions)
 
     def _evaluate(self, points: list[Point]) -> None:
@@ -133,6 +139,10 @@ class Service:
     def relearn(self, points: list[Point]) -> None:
         self.store.extend(points)
         self.notifier.submit(self.engine.feed_all(points), relearned=True)
+
+    def keep_only(self, runs: set[str]) -> None:
+        for run in set(self.engine.runs()) - runs:
+            self._deliver(self.engine.finish(run, "no longer watched"))
 
     def _print_points(self, points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)

@@ -7,7 +7,8 @@ Both skip history: when the daemon starts on a directory of old runs, it must
 evaluate them to know their state, but telling someone that a run finished
 last month had a loss spike is noise. Transitions older than the horizon
 (measured from the daemon's start, on the data's own wall time) are counted,
-not shown.
+not shown — except the resolves of alerts whose firing was shown (`told`),
+perhaps by the daemon's previous life: a firing line is always ended.
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ class AlertPrinter:
         self._rich = console.console_for(out) if console.is_rich(out) else None
         self._jsonl = jsonl_path.open("a", encoding="utf-8") if jsonl_path else None
 
-    def __call__(self, transitions: list[Transition]) -> None:
-        shown = [t for t in transitions if not t.wall_time < self.since]  # NaN (no time) is shown
+    def __call__(
+        self, transitions: list[Transition], told: frozenset[tuple[str, str, str]] = frozenset()
+    ) -> None:
+        """`told`: keys of alerts shown firing, whose resolves are shown however old."""
+        shown = [
+            t
+            for t in transitions
+            if not t.wall_time < self.since or (t.state == "resolved" and t.key in told)
+        ]  # NaN (no time) is shown
         self.hidden += len(transitions) - len(shown)
         if not shown:
             return
