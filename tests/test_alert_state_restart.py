@@ -280,3 +280,22 @@ def test_a_run_deleted_while_the_daemon_was_down_is_resolved_at_the_restart(
     resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
     assert (resolved["run"], resolved["reason"]) == ("exp1", "no longer watched")
     assert "no longer watched" in receiver.requests[1].json()["message"]
+
+
+def test_a_rule_edited_while_the_daemon_was_down_resolves_its_alert_at_the_restart(
+    tmp_path: Path, job: Path
+) -> None:
+    """A restart is how most people deploy a rule change: it acts like SIGHUP's reload."""
+    write(job, range(0, 20), range(0, 20))
+    first = start(tmp_path)
+    first.wait_until(lambda: ("firing", 10) in alerts(tmp_path))
+    first.stop()
+    (tmp_path / "rules.yaml").write_text(RULES.replace("above: 10", "above: 30"))
+    second = start(tmp_path)
+    second.wait_until(lambda: ("resolved", 19) in alerts(tmp_path))
+    write(job, range(20, 40), range(0, 40))  # still 20: high no more under the new rule
+    second.wait_for_points(20)
+    second.stop()
+    assert alerts(tmp_path) == [("firing", 10), ("resolved", 19)]
+    resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
+    assert resolved["reason"] == "rule changed"
