@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainsentry.rules.model import ACTIVE, QUIET, Span
+from trainsentry.rules.model import ACTIVE, HELD, QUIET, Span
 
 INACTIVE, PENDING, FIRING = 0, 1, 2
 
@@ -58,6 +58,11 @@ class Lifecycle:
         """Advance on one verdict (None: the condition could not judge this point)."""
         if verdict is None:
             return None
+        if verdict == HELD:
+            if self.phase == FIRING:  # held in the band: as if still past the threshold
+                self.last_step, self.last_wall, self.quiet_points = step, wall_time, 0
+                return None
+            verdict = QUIET
         if verdict >= ACTIVE:
             self.last_step, self.last_wall, self.quiet_points = step, wall_time, 0
             if self.phase == INACTIVE:

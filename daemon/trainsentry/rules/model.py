@@ -19,6 +19,9 @@ SpanUnit = Literal["steps", "points", "seconds"]
 QUIET = 0  # the condition holds no alarm
 ACTIVE = 1  # alarm at the rule's own severity
 CRITICAL = 2  # alarm, escalated to critical whatever the rule's severity
+# Inside a threshold's hysteresis band: keeps a firing alert firing, but neither
+# starts nor continues a pending one (`for` counts points past the threshold).
+HELD = -1
 
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$", re.IGNORECASE)
 _UNITS: dict[str, tuple[SpanUnit, float]] = {

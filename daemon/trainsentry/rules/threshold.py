@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from trainsentry.rules.condition import RunView, fmt
-from trainsentry.rules.model import ACTIVE, CRITICAL, QUIET, NonFinite, Threshold
+from trainsentry.rules.model import ACTIVE, CRITICAL, HELD, QUIET, NonFinite, Threshold
 
 
 class NonFiniteCondition:
@@ -32,11 +32,18 @@ class NonFiniteCondition:
 
 
 class ThresholdCondition:
-    __slots__ = ("active", "spec", "value")
+    """Past the threshold is ACTIVE; between it and the resolve level, HELD.
+
+    The band is judged by the lifecycle, not here: it keeps an alert that
+    fires firing, but a pending one must see every point of its `for` past
+    the threshold itself (a condition that latched on its own first hit would
+    let one point over the line and a hundred inside the band fire).
+    """
+
+    __slots__ = ("spec", "value")
 
     def __init__(self, spec: Threshold) -> None:
         self.spec = spec
-        self.active = False
         self.value = math.nan
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
@@ -44,20 +51,21 @@ class ThresholdCondition:
             return None  # NaN is neither above nor below; the non_finite rule speaks for it
         self.value = value
         spec = self.spec
-        hit = False
+        held = False
         if spec.above is not None:
-            level = (
-                spec.resolve_below if self.active and spec.resolve_below is not None else spec.above
-            )
-            hit = value >= level if self.active else value > level
-        if not hit and spec.below is not None:
-            level = (
-                spec.resolve_above if self.active and spec.resolve_above is not None else spec.below
-            )
-            hit = value <= level if self.active else value < level
-        self.active = hit
-        if not hit:
-            return QUIET
+            if value > spec.above:
+                return self._level(value)
+            band = spec.resolve_below if spec.resolve_below is not None else spec.above
+            held = value >= band
+        if spec.below is not None:
+            if value < spec.below:
+                return self._level(value)
+            band = spec.resolve_above if spec.resolve_above is not None else spec.below
+            held = held or value <= band
+        return HELD if held else QUIET
+
+    def _level(self, value: float) -> int:
+        spec = self.spec
         if (spec.critical_above is not None and value > spec.critical_above) or (
             spec.critical_below is not None and value < spec.critical_below
         ):
