@@ -166,6 +166,24 @@ def test_a_resolve_says_how_long_it_fired_its_peak_and_why(tmp_path: Path) -> No
     assert "peak 40 at step 101" in resolved.body
 
 
+def test_a_resolve_states_no_peak_when_the_store_misses_the_start_of_the_firing(
+    tmp_path: Path,
+) -> None:
+    """After a restart the store holds only the points since the snapshot."""
+    store = Store()
+    for step, value in [(102, 12.0), (103, 1.0)]:  # the peak at 101 was before the restart
+        store.add(Point("exp1/seed0", "train/loss", step, T0 + (step - 100) * 60.0, value))
+    h = Harness(tmp_path, store=store)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.notifier.submit(
+        [transition("resolved", "critical", step=103, wall_time=T0 + 180, reason="recovered")]
+    )
+    h.deliver()
+    resolved = h.sink().messages[-1]
+    assert resolved.severity == "resolved" and "peak" not in resolved.body
+
+
 def test_a_flapping_run_is_held_back_by_the_rate_limit_and_then_sent_as_one(tmp_path: Path) -> None:
     route = Route("apprise", "json://127.0.0.1:1/a", rate_limit=(2, 600.0))
     h = Harness(tmp_path, route)

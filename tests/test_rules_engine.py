@@ -108,6 +108,26 @@ def test_an_inhibited_warning_that_clears_meanwhile_says_nothing_more() -> None:
     ]
 
 
+def test_a_warning_firing_only_by_its_latch_stays_quiet_when_the_critical_clears() -> None:
+    """keep_firing_for holds the lifecycle, not the condition: re-firing then would page
+    on healthy data with evidence that says the opposite. Holding again re-fires it."""
+    rules = """
+    - {name: warm, metric: loss, family: f, threshold: {above: 5}, keep_firing_for: 100 steps}
+    - {name: hot, metric: val_loss, family: f, severity: critical, threshold: {above: 10}}
+    """
+    got = evaluate(
+        rules, merge(points("6 6 1 1 6 1", tag="loss"), points("1 11 1 1 1 1", tag="val_loss"))
+    )
+    assert [(t.rule, t.state, t.step, t.reason) for t in got] == [
+        ("warm", "firing", 0, None),
+        ("hot", "firing", 1, None),
+        ("warm", "resolved", 1, "inhibited by hot"),
+        ("hot", "resolved", 2, "recovered"),  # warm's loss is 1 here: it stays quiet
+        ("warm", "firing", 4, None),  # above 5 again while its latch still runs
+    ]
+    assert "is 6" in got[-1].message
+
+
 def test_finish_resolves_what_is_firing_with_reason_run_finished() -> None:
     rules = "- {name: hot, metric: loss, threshold: {above: 5}}"
     got = evaluate(rules, points("1 9 9"), finish=True)

@@ -307,7 +307,12 @@ class Notifier:
     def _peak(self, entry: Firing, t: Transition) -> dict[str, Any]:
         series = self.store.get(t.run, t.metric) if self.store is not None else None
         first = entry.extra.get("first_step", entry.alert.get("step", t.step))
-        points = [p for p in series.recent() if first <= p.step <= t.step] if series else []
+        recent = series.recent() if series else []
+        if not recent or recent[0].step > first:
+            # The store no longer (or not yet, after a restart) holds the whole firing
+            # span: a peak of part of it would be stated as fact and be wrong.
+            return {}
+        points = [p for p in recent if first <= p.step <= t.step]
         if not points:
             return {}
         if any(not math.isfinite(p.value) for p in points):

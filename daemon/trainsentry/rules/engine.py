@@ -14,7 +14,9 @@ series: (run, rule, tag) is an alert's identity.
 Inhibition (a critical silences the warnings of its run and rule family) is
 applied to what is *shown*: each alert's state machine runs regardless, and a
 firing warning that a critical covers is resolved with reason "inhibited by
-<rule>"; if it still holds when the critical resolves, it fires again.
+<rule>"; if its condition still holds when the critical resolves (or holds
+again while its lifecycle still fires), it fires again. Firing only by its
+`keep_firing_for` latch is not holding: that would page on healthy data.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Alert:
     condition: Any  # an Evaluator, or a NoDataClock for run-level rules
     lifecycle: Lifecycle
     shown: str | None = None  # severity last emitted as firing; None when not shown
+    holding: bool = False  # the condition's latest verdict holds the alarm (not the latch)
     last_step: int = -(2**62)
     value: float = math.nan
 
@@ -194,8 +197,14 @@ class Engine:
             alert.last_step, alert.value = step, value
             verdict = alert.condition.update(step, wall, value, run)
             event = alert.lifecycle.observe(verdict, step, wall)
+            if verdict is not None:
+                alert.holding = verdict >= m.ACTIVE or (
+                    verdict == m.HELD and alert.lifecycle.firing
+                )
             if event is FIRED or event is ESCALATED or event is RESOLVED:
                 self._reconcile(run, alert, step, wall, "recovered", out)
+            elif alert.shown is None and alert.holding and alert.lifecycle.firing:
+                self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
         return out
 
     def feed_all(self, points: Iterable[Point]) -> list[Transition]:
@@ -315,7 +324,7 @@ class Engine:
             group = alert.rule.group
             for other in run.alerts:
                 shown_or_held = other.shown == "warning" or (
-                    other.shown is None and other.lifecycle.firing
+                    other.shown is None and other.lifecycle.firing and other.holding
                 )
                 if other is not alert and other.rule.group == group and shown_or_held:
                     self._reconcile(run, other, step, wall, "recovered", out)
