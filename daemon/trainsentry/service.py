@@ -30,7 +30,7 @@ from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.runtime import Backfill, Daemon
 from trainsentry.shutdown import on_stop, signals_deferred
 from trainsentry.sinks.terminal import AlertPrinter
-from trainsentry.state import StateDB
+from trainsentry.state_writes import HeldState, WriteTrouble
 from trainsentry.store import Store
 from trainsentry.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 
@@ -133,8 +133,9 @@ class Service:
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
         try:
-            state = StateDB(state_dir / "state.db")
-            self.outbox = Outbox(state_dir / "state.db")
+            trouble = WriteTrouble(state_dir / "state.db")  # a full disk: alerting goes on
+            state = HeldState(state_dir / "state.db", trouble)
+            self.outbox = Outbox(state_dir / "state.db", trouble=trouble)
         except Exception as exc:
             raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
         self.state_dir = state_dir
@@ -198,6 +199,7 @@ class Service:
             self.reload()
         self._deliver(self.engine.tick(time.time()))
         self.notifier.tick()
+        self.outbox.flush_held()
         self.heartbeat.beat()
         self.board.refresh(
             lambda: DaemonSnapshot.capture(

@@ -5,6 +5,10 @@ evaluate them to know their state, but telling someone that a run finished
 last month had a loss spike is noise. Transitions older than the horizon
 (measured from the daemon's start, on the data's own wall time) are counted,
 not shown.
+
+A full disk under the JSONL file must not stop the terminal lines: a failed
+append is said once (and its recovery once), the lines of that batch are
+counted as lost, and the next batch tries again.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ class AlertPrinter:
         self.hidden = 0
         self._out = out
         self._colour = out.isatty()
-        self._jsonl = jsonl_path.open("a", encoding="utf-8") if jsonl_path else None
+        self._jsonl_path = jsonl_path
+        # unbuffered: a failed write leaves nothing in a buffer to be written twice later
+        self._jsonl = jsonl_path.open("ab", buffering=0) if jsonl_path else None
+        self.jsonl_lost = 0  # transitions not appended since appends last worked
 
     def __call__(self, transitions: list[Transition]) -> None:
         if transitions:
@@ -42,6 +49,7 @@ class AlertPrinter:
                 self._write(transitions)
 
     def _write(self, transitions: list[Transition]) -> None:
+        records: list[str] = []
         for t in transitions:
             if t.wall_time < self.since:  # NaN (no time) is shown
                 self.hidden += 1
@@ -51,11 +59,35 @@ class AlertPrinter:
                 key = "resolved" if t.state == "resolved" else t.severity
                 line = COLOURS.get(key, "") + line + RESET
             self._out.write(line + "\n")
-            if self._jsonl is not None:
-                self._jsonl.write(json.dumps(t.as_dict(), ensure_ascii=False) + "\n")
+            records.append(json.dumps(t.as_dict(), ensure_ascii=False) + "\n")
         self._out.flush()
-        if self._jsonl is not None:
-            self._jsonl.flush()
+        if self._jsonl is not None and records:
+            self._append("".join(records).encode(), len(records))
+
+    def _append(self, data: bytes, count: int) -> None:
+        assert self._jsonl is not None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._jsonl.write(view) or 0 :]
+        except OSError as exc:
+            if not self.jsonl_lost:
+                print(
+                    f"trainsentry: cannot append to {self._jsonl_path}: {exc}; "
+                    "alerts still go to the terminal and the receivers",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.jsonl_lost += count
+            return
+        if self.jsonl_lost:
+            print(
+                f"trainsentry: appending to {self._jsonl_path} again; "
+                f"{self.jsonl_lost} transition(s) could not be written",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.jsonl_lost = 0
 
     def close(self) -> None:
         if self._jsonl is not None:
