@@ -19,7 +19,12 @@ WAIT = 60.0
 
 
 class DaemonProcess:
-    def __init__(self, *args: str, merge_stderr: bool = False) -> None:
+    def __init__(
+        self,
+        *args: str,
+        merge_stderr: bool = False,
+        preexec_fn: Callable[[], object] | None = None,
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainsentry", "run", *args],
             stdout=subprocess.PIPE,
@@ -27,6 +32,7 @@ class DaemonProcess:
             # a stderr line may interleave mid-line in one pipe
             stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
             text=True,
+            preexec_fn=preexec_fn,
         )
         self.lines: list[str] = []
         self.points: list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainsentry.point import Point
+from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import Root, classify
 from trainsentry.sources.tail import FileTail
 from trainsentry.state import StateDB
@@ -102,6 +103,7 @@ class Daemon:
         self._caught_up: set[str] = set()
         self._dirs_by_root: dict[Path, int] = {}
         self._tails: dict[str, FileTail] = {}
+        self.access = AccessProblems()  # unreadable paths, said once each
         self._checkpoints = state.load_offsets()
         self._watcher = Watcher()
         self._pending: set[str] = set()
@@ -162,8 +164,9 @@ class Daemon:
         """Seconds between sweeps: the poll interval as soon as any root is polled."""
         if self.poll is not None:
             return self.poll
-        if len(self._watcher.native) < len(self.roots):
-            return DEFAULT_POLL_SECONDS  # network filesystem, unwatchable, or short of watches
+        if len(self._watcher.native) < len(self.roots) or self.access.directories:
+            # network filesystem, unwatchable, short of watches, or an unreadable directory
+            return DEFAULT_POLL_SECONDS
         return SAFETY_SWEEP_SECONDS
 
     def cycle(self, timeout: float | None = None) -> int:
@@ -246,7 +249,10 @@ class Daemon:
                 continue
             if not top.exists():
                 continue
-            found_files, dirs = root.walk(top)
+            errors: list[OSError] = []
+            found_files, dirs = root.walk(top, errors)
+            if self.access.walked(str(top), errors):
+                self._watcher.rewatch(root.top)
             walked += dirs
             for found in found_files:
                 key = str(found.path)
@@ -274,6 +280,10 @@ class Daemon:
             if tail is None:
                 continue
             got = tail.read(READ_BUDGET)
+            if got.unreadable:
+                self.access.failed(key, got.unreadable)
+            else:
+                self.access.readable(key)
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
@@ -331,6 +341,7 @@ class Daemon:
         runs = {self._tails[k].log.run for k in keys}
         for k in keys:
             self._tails.pop(k).close()
+            self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)
         alive = {t.log.run for t in self._tails.values()}

@@ -36,6 +36,9 @@ class TailRead:
     errors: list[str] = field(default_factory=list)
     more: bool = False  # stopped at the byte budget with data left to read
     gone: bool = False  # the path no longer exists and the old file is drained
+    # the OS refused to stat, open or read the file (permissions, I/O error): the
+    # read is retried from the same offset next time, nothing is skipped
+    unreadable: str | None = None
 
 
 class FileTail:
@@ -66,7 +69,7 @@ class FileTail:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot stat: {exc}")
+            out.unreadable = f"cannot stat: {exc.strerror or exc}"
             return out
         if self._fd is not None and (
             st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)
@@ -113,7 +116,7 @@ class FileTail:
             out.gone = True
             return False
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot open: {exc}")
+            out.unreadable = f"cannot open: {exc.strerror or exc}"
             return False
         st = os.fstat(fd)
         self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
@@ -173,7 +176,7 @@ class FileTail:
             st = os.fstat(fd)
             self._check_rewritten(st)
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot read: {exc}")
+            out.unreadable = f"cannot read: {exc.strerror or exc}"
             return
         size, mtime = st.st_size, st.st_mtime
         run, prefix = self.log.run, self.log.tag_prefix
@@ -187,7 +190,7 @@ class FileTail:
             try:
                 data = os.pread(fd, want, self._offset)
             except OSError as exc:
-                out.errors.append(f"{self.path}: cannot read: {exc}")
+                out.unreadable = f"cannot read: {exc.strerror or exc}"
                 return
             if not data:
                 return  # shrank under us; the next read notices the truncation
