@@ -66,3 +66,10 @@ class DaemonProcess:
         self.proc.wait(timeout=30)
         self._thread.join(timeout=30)
         return self.points
+
+    def clean_output(self) -> str:
+        """Everything it printed, once it has stopped: exit status 0 and no traceback."""
+        output = "".join(self.lines)
+        assert self.proc.returncode == 0, output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        return output

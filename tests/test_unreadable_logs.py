@@ -79,10 +79,8 @@ def test_an_unreadable_run_file_is_named_once_and_read_whole_when_permissions_co
         daemon.wait_for_points(30)
     finally:
         daemon.stop()
-    output = "".join(daemon.lines)
-    assert daemon.proc.returncode == 0, output[-3000:]
+    output = daemon.clean_output()
     assert output.count(f"cannot read {locked}") == 1, output[-3000:]
-    assert "Traceback" not in output
     by_run = {
         run: sorted(p["step"] for p in daemon.points if p["run"] == run) for run in ("ok", "locked")
     }
@@ -111,9 +109,7 @@ def test_an_unreadable_log_root_is_named_and_read_once_it_can_be(
     finally:
         root.chmod(0o755)
         daemon.stop()
-    output = "".join(daemon.lines)
-    assert daemon.proc.returncode == 0, output[-3000:]
+    output = daemon.clean_output()
     assert output.count(f"cannot read {root}") == 1, output[-3000:]
-    assert "Traceback" not in output
     assert "watch limit" not in output, "the root readable again is watched again"
     assert loss_steps(daemon) == list(range(12))

@@ -29,6 +29,7 @@ from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.runtime import Backfill, Daemon
 from trainsentry.shutdown import on_stop, signals_deferred
+from trainsentry.silence_clock import SilenceClock
 from trainsentry.sinks.terminal import AlertPrinter
 from trainsentry.state_writes import HeldState, WriteTrouble
 from trainsentry.store import Store
@@ -140,6 +141,7 @@ class Service:
             raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
         self.state_dir = state_dir
         self.store = Store(recent_size=config.retention)
+        self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
         self.notifier = Notifier(
@@ -181,7 +183,10 @@ class Service:
 
     def _evaluate(self, points: list[Point]) -> None:
         self.store.extend(points)
-        self._deliver(self.engine.feed_all(points))
+        for part, run, step in self.silence.arrived(points):  # cut where a clock stepped
+            if step:
+                self.engine.shift_clock(run, step)
+            self._deliver(self.engine.feed_all(part))
 
     def _print_points(self, points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
@@ -192,12 +197,13 @@ class Service:
     def _released(self, run: str) -> None:
         self._deliver(self.engine.finish(run, "run deleted"))
         self.store.release_run(run)
+        self.silence.forget(run)
 
     def _on_cycle(self) -> None:
         if self._reload_requested:
             self._reload_requested = False
             self.reload()
-        self._deliver(self.engine.tick(time.time()))
+        self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
         self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()

@@ -20,7 +20,7 @@ firing warning that a critical covers is resolved with reason "inhibited by
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,13 +255,38 @@ class Engine:
             if alert.shown is not None:
                 self._reconcile(run, alert, step, wall, reason, out)
 
-    def tick(self, now: float) -> list[Transition]:
-        """Live only: fire no-data alerts whose deadline `now` has passed."""
+    def tick(self, now: float, now_of: Callable[[str], float] | None = None) -> list[Transition]:
+        """Live only: fire no-data alerts whose deadline `now` has passed.
+
+        `now_of(run)`, where given, is the now of each run (silence_clock.py:
+        immune to wall-clock steps).
+        """
         out: list[Transition] = []
-        for run in self._runs.values():
+        for run_id, run in self._runs.items():
+            at = now if now_of is None else now_of(run_id)
             for alert in run.clocks.values():
-                self._check_clock(run, alert, now, out)
+                self._check_clock(run, alert, at, out)
         return out
+
+    def shift_clock(self, run_id: str, seconds: float) -> None:
+        """The run's stamps stepped by `seconds` with no time passing (a clock step): move
+        what its clocks remember by as much, so the step reads as neither silence nor a hang.
+
+        Only the live daemon knows a step from a real gap (silence_clock.py); the
+        data's own stamps, and what the engine reports, are left as they are.
+        """
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.last_wall += seconds
+        for alert in run.clocks.values():
+            clock: NoDataClock = alert.condition
+            clock.last_wall += seconds
+            clock.step_wall += seconds
+        for alert in run.alerts:
+            cond = alert.condition
+            if isinstance(cond, ThroughputCondition) and cond.last is not None:
+                cond.last = (cond.last[0], cond.last[1] + seconds)
 
     # --- ending ---
 
