@@ -131,3 +131,18 @@ def test_a_step_is_said_once_however_many_runs_it_touches(
     assert len(messages) == 2, messages
     assert messages[0].startswith("the wall clock stepped back by 7200 s")
     assert messages[1].startswith("timestamps of run run0 stepped back by 72")
+
+
+def test_a_run_silent_before_the_daemon_started_keeps_its_real_gap() -> None:
+    clocks = Clocks()
+    old = points("1x100", run="job")  # its last point three hours before the daemon read it
+    clocks.wall = clocks.mono = old[-1].wall_time + 3 * HOUR
+    engine = Engine(RULES)
+    silence = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    feed_live(engine, silence, old)
+    clocks.advance(5.0)
+    resumed = [Point("job", "loss", 100, clocks.wall, 1.0)]
+    assert [(t.rule, t.state) for t in feed_live(engine, silence, resumed)] == [
+        ("stalled", "firing"),
+        ("stalled", "resolved"),
+    ]

@@ -51,7 +51,8 @@ class SilenceClock:
     ) -> None:
         self._wall = wall
         self._mono = mono
-        self._runs: dict[str, list[float]] = {}  # run -> [last stamp, arrival wall, arrival mono]
+        # run -> [last stamp, arrival wall, arrival monotonic, 1.0 if the stamp was live]
+        self._runs: dict[str, list[float]] = {}
         self._offset = wall() - mono()
         self._said_at = -math.inf
         self._unsaid = 0
@@ -59,24 +60,39 @@ class SilenceClock:
     def arrived(self, points: Sequence[Point]) -> list[tuple[Sequence[Point], str, float]]:
         """The batch in order, cut where a run's stamps stepped: (points, run, step before them)."""
         wall, mono = self._wall(), self._mono()
+        unstepped = self._offset + mono  # the wall clock as it was before a step not yet looked at
+
+        def live(stamp: float) -> bool:
+            """Near this host's clock, before or after a step (not history, not another clock)."""
+            return abs(wall - stamp) < STEP_SECONDS or abs(unstepped - stamp) < STEP_SECONDS
+
         runs = self._runs
+        first, last = points[0], points[-1]
+        if first.run == last.run and not live(first.wall_time) and not live(last.wall_time):
+            # history (a backfill; the runtime's batches are one file's points): nothing
+            # to judge, and no per-point cost
+            runs[last.run] = [last.wall_time, wall, mono, 0.0]
+            return [(points, "", 0.0)]
         parts: list[tuple[Sequence[Point], str, float]] = []
         start = 0
         for i, (run, _, _, stamp, _) in enumerate(points):
-            seen = runs.get(run)
-            if seen is None:
-                runs[run] = [stamp, wall, mono]
-                continue
             if stamp != stamp:  # NaN: no stamp to judge
                 continue
-            if abs(wall - stamp) < STEP_SECONDS:  # live, on this host's clock
+            now_live = live(stamp)
+            seen = runs.get(run)
+            if seen is None:
+                runs[run] = [stamp, wall, mono, float(now_live)]
+                continue
+            # both stamps live when they arrived: a run that was silent before the
+            # daemon started had a real gap, not a step
+            if now_live and seen[3]:
                 jump = stamp - seen[0] - (mono - seen[2])
                 if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
                     parts.append((points[start:i], "", 0.0))
                     parts.append(((), run, jump))
                     start = i
                     self._say(run, jump, mono - seen[2])
-            seen[0], seen[1], seen[2] = stamp, wall, mono
+            seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, float(now_live)
         if not parts:
             return [(points, "", 0.0)]
         parts.append((points[start:], "", 0.0))
