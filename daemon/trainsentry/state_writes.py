@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import sqlite3
 import sys
 import threading
@@ -72,6 +73,11 @@ class WriteTrouble:
         self.failures = 0  # since writes last worked
         self._since: float | None = None
         self._next_reminder = 0.0
+        # On a full disk a write can still fit now and then (SQLite reuses its WAL
+        # after a checkpoint): failures soon after a recovery continue quietly
+        # rather than repeating both lines every cycle.
+        self._recovered_at = -math.inf
+        self._quiet = False
 
     @property
     def failing(self) -> bool:
@@ -84,6 +90,9 @@ class WriteTrouble:
             if self._since is None:
                 self._since = now
                 self._next_reminder = now + self._remind
+                self._quiet = now - self._recovered_at < self._remind
+                if self._quiet:
+                    return
                 text = (
                     f"cannot write the state in {self.path}: {exc}; alerting goes on, "
                     "offsets and notifications are held in memory until it can be written "
@@ -105,8 +114,12 @@ class WriteTrouble:
         with self._lock:
             if self._since is None:
                 return
-            took, failures = self._clock() - self._since, self.failures
+            now = self._clock()
+            took, failures = now - self._since, self.failures
             self._since, self.failures = None, 0
+            if self._quiet:
+                return
+            self._recovered_at = now
         self._say(
             f"the state in {self.path} can be written again after {took:.0f} s "
             f"({failures} writes had failed); what was held in memory is saved"
