@@ -2,7 +2,7 @@
 
 The daemon commits read offsets after each cycle's points are delivered, so a
 kill can repeat at most what was delivered since the last commit, and can
-never skip anything. Five kills at random moments of a live run, five
+never skip anything. Twenty kills at random moments of a live run, twenty
 restarts on the same state dir, then a clean stop: every point must have been
 printed, each life must print a contiguous, in-order stretch per series, and
 each restart must resume at or after where the previous life resumed (the
@@ -30,7 +30,7 @@ from daemon_process import DaemonProcess
 
 N = 4000
 TAGS = ("loss", "grad_norm")
-KILLS = 5
+KILLS = 20
 
 WRITER = """
 import json, sys, time

@@ -126,3 +126,58 @@ def test_an_alertmanager_that_is_down_is_retried_and_gets_everything_when_up(
         assert h.outbox.counts()["queued"] == 0
     finally:
         am.close()
+
+
+def test_a_firing_and_its_resolve_queued_in_an_outage_both_reach_alertmanager_in_order(
+    tmp_path: Path,
+) -> None:
+    """Sent together, the resolve would win and Alertmanager would never page.
+
+    So the firing goes first, and the resolve a minute after it, past
+    Alertmanager's group_wait (30 s by default).
+    """
+    from notify_endpoints import free_port
+
+    port = free_port()
+    route = parse_alertmanager(f"http://127.0.0.1:{port}")
+    h = Harness(tmp_path, route)
+    h.notifier.lanes[route.receiver].sink = AlertmanagerSink(route.url, 2.0, h.clock)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()  # refused: Alertmanager is down
+    h.clock.now += 5
+    h.notifier.submit([transition("resolved", severity="critical", step=140, reason="recovered")])
+    h.deliver()
+    am = HttpReceiver(port=port)
+    try:
+        h.advance(600)  # back up: the retry takes both rows of the run
+        assert [a["endsAt"] > a["startsAt"] for r in am.requests for a in r.json()] == [True]
+        [firing] = am.requests[0].json()
+        assert ts(firing["endsAt"]) > h.clock.now  # firing, valid for minutes
+        sent_at = h.clock.now
+        h.advance(30)
+        assert len(am.requests) == 1  # the resolve waits: Alertmanager is still grouping
+        h.advance(31)
+        [resolved] = am.requests[-1].json()
+        assert resolved["labels"] == firing["labels"]
+        assert ts(resolved["endsAt"]) < sent_at  # it ended when it did, before the outage ended
+        assert h.outbox.counts() == {"queued": 0, "sent": 2, "failed": 0}
+    finally:
+        am.close()
+
+
+def test_a_resolve_held_for_alertmanager_is_not_overtaken_by_a_new_firing(
+    tmp_path: Path, am: HttpReceiver
+) -> None:
+    h = harness(tmp_path, am)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.advance(2)
+    h.notifier.submit([transition("resolved", severity="critical", step=140, reason="recovered")])
+    h.deliver()
+    h.advance(5)
+    h.notifier.submit([transition(severity="critical", step=150)])  # fires again
+    h.deliver()
+    assert len(am.requests) == 1  # both wait behind the held resolve
+    h.advance(60)
+    last = am.requests[-1].json()
+    assert ts(last[-1]["endsAt"]) > h.clock.now  # it ends firing, as the run is

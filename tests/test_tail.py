@@ -7,18 +7,18 @@ import os
 from pathlib import Path
 
 from trainsentry.sources.discover import Root
-from trainsentry.sources.tail import FileTail
-from trainsentry.state import StateDB
+from trainsentry.sources.tail import FileTail, still_valid
+from trainsentry.state import Checkpoint, StateDB
 
 
 def line(step: int, loss: float) -> bytes:
     return (json.dumps({"step": step, "loss": loss}) + "\n").encode()
 
 
-def tail_of(path: Path, checkpoint=None) -> FileTail:
+def tail_of(path: Path, checkpoint=None, relearn_from=None) -> FileTail:
     log = Root.watched(path.parent).describe(path)
     assert log is not None
-    return FileTail(log, checkpoint)
+    return FileTail(log, checkpoint, relearn_from=relearn_from)
 
 
 def steps(tail: FileTail) -> list[int]:
@@ -154,3 +154,57 @@ def test_line_longer_than_a_read_chunk_is_read_whole(tmp_path: Path) -> None:
     big = {"step": 1, "loss": 0.5, "note": "x" * (10 << 20)}
     path.write_bytes(line(0, 1.0) + (json.dumps(big) + "\n").encode() + line(2, 0.3))
     assert steps(tail_of(path)) == [0, 1, 2]
+
+
+def test_relearning_reads_again_from_an_earlier_position_then_delivers_the_rest(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    first = tail_of(path)
+    assert steps(first) == [0, 1]
+    saved = first.checkpoint()  # where the alert state was saved
+    with path.open("ab") as f:
+        f.write(line(2, 0.8) + line(3, 0.7))
+    assert steps(first) == [2, 3]
+    committed = first.checkpoint()  # where delivery stood at the crash
+    with path.open("ab") as f:
+        f.write(line(4, 0.6))
+
+    again = tail_of(path, committed, relearn_from=saved)
+    assert again.relearning and again.checkpoint() == committed
+    got = again.read()
+    assert [p.step for p in got.replayed] == [2, 3]  # seen by nobody's state, told already
+    assert [p.step for p in got.points] == [4]
+    assert not again.relearning and again.checkpoint().offset == path.stat().st_size
+
+
+def test_relearning_from_the_start_keeps_the_committed_checkpoint_until_done(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9) + line(2, 0.8))
+    first = tail_of(path)
+    steps(first)
+    committed = first.checkpoint()
+    with path.open("ab") as f:
+        f.write(line(3, 0.7))
+    again = tail_of(path, committed, relearn_from=Checkpoint(str(path), 0, 0, b"", 0))
+    assert again.checkpoint() == committed  # a crash before the read resumes delivery there
+    assert again.position().offset == 0  # while the state has seen nothing of the file
+    got = again.read()
+    assert [p.step for p in got.replayed] == [0, 1, 2]
+    assert [p.step for p in got.points] == [3]
+
+
+def test_a_checkpoint_of_a_file_rewritten_since_is_not_valid(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(line(0, 1.0) + line(1, 0.9))
+    tail = tail_of(path)
+    steps(tail)
+    committed = tail.checkpoint()
+    assert still_valid(str(path), committed)
+    with path.open("r+b") as f:  # rewritten in place: same inode, other content
+        f.write(line(7, 5.0))
+    assert not still_valid(str(path), committed)
+    assert not still_valid(str(tmp_path / "gone.jsonl"), committed)

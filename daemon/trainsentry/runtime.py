@@ -9,6 +9,11 @@ Sweeps also count the directories they walk: inotify needs one watch per
 directory, and when the kernel's limit is used up watchdog leaves part of
 the tree unwatched without a word. Directories against watches is how the
 daemon notices, and a root short of watches is polled from then on.
+
+What the consumer of the points remembers (the alert state, `Memory`) is
+saved now and then with the read position of every file; after a restart
+each file is read again from that position up to its committed offset, those
+points going to `Memory.relearn` instead of the sinks.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from trainsentry.point import Point
 from trainsentry.sources.access import AccessProblems
-from trainsentry.sources.discover import Root, classify
-from trainsentry.sources.tail import FileTail
-from trainsentry.state import StateDB
+from trainsentry.sources.discover import LogFile, Root, classify
+from trainsentry.sources.tail import FileTail, still_valid
+from trainsentry.state import Checkpoint, StateDB
 from trainsentry.watcher import (
     Watcher,
     inotify_watch_limit,
@@ -49,11 +55,32 @@ READ_BUDGET = 16 << 20
 # a directory a moment before its watch exists. A shortfall must outlast this
 # grace before the root is declared deaf and polled.
 WATCH_GRACE_SECONDS = 1.0
+# The alert state is saved this often, and at a clean stop; at most SNAPSHOT_SHARE
+# of the loop's time goes to it (a large fleet's pickle takes half a second).
+SNAPSHOT_SECONDS = 60.0
+SNAPSHOT_SHARE = 0.02
+
+
+class Memory(Protocol):
+    """State kept downstream of the sinks that a restart must not lose (service.py)."""
+
+    digest: str  # of the code that reads `dump`'s bytes back
+
+    def restore(self, blob: bytes) -> bool:
+        """Take a saved state back; False if it cannot be used (then all is relearned)."""
+        ...
+
+    def dump(self) -> bytes: ...
+
+    def relearn(self, points: list[Point]) -> None:
+        """Points delivered before the restart, read again to rebuild the state."""
+        ...
 
 
 @dataclass(slots=True)
 class Stats:
     points: int = 0
+    relearned: int = 0  # points read again after a restart to rebuild the alert state
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
@@ -84,6 +111,8 @@ class Daemon:
         on_cycle: Callable[[], object] | None = None,
         owns_run: Callable[[str], bool] | None = None,
         max_wait: float | None = None,
+        memory: Memory | None = None,
+        snapshot_every: float = SNAPSHOT_SECONDS,
     ) -> None:
         self.roots = [Root.watched(Path(p)) for p in paths]
         self.state = state
@@ -105,6 +134,15 @@ class Daemon:
         self._tails: dict[str, FileTail] = {}
         self.access = AccessProblems()  # unreadable paths, said once each
         self._checkpoints = state.load_offsets()
+        self._memory = memory
+        self._snapshot_every = snapshot_every
+        self._next_snapshot = time.monotonic() + snapshot_every
+        # Where the restored state stopped reading each file; None: nothing restored.
+        self._relearn_from: dict[str, Checkpoint] = {}
+        if memory is not None:
+            saved = state.load_snapshot(memory.digest)
+            if saved is not None and memory.restore(saved.blob):
+                self._relearn_from = saved.offsets
         self._watcher = Watcher()
         self._pending: set[str] = set()
         self._last_sweep = 0.0
@@ -133,6 +171,7 @@ class Daemon:
     def close(self) -> None:
         self._watcher.stop()
         self._save()
+        self._snapshot()
         for tail in self._tails.values():
             tail.close()
         self.state.close()
@@ -259,10 +298,28 @@ class Daemon:
                 if self._owns_run is not None and not self._owns_run(found.run):
                     continue
                 if key not in self._tails:
-                    self._tails[key] = FileTail(found, self._checkpoints.pop(key, None))
+                    self._tails[key] = self._follow(found)
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
         return walked
+
+    def _follow(self, found: LogFile) -> FileTail:
+        """A tail resuming where the last process stopped, relearning what the state lacks.
+
+        The saved state saw a file up to its snapshot position (nothing of it,
+        if the file is not in the snapshot); what was read after that, up to
+        the committed offset, is read again for the state to relearn.
+        """
+        key = str(found.path)
+        committed = self._checkpoints.pop(key, None)
+        if self._memory is None or committed is None or committed.offset == 0:
+            return FileTail(found, committed)
+        start = self._relearn_from.pop(key, None)
+        if start is None or not start.same_file(committed) or start.offset > committed.offset:
+            start = Checkpoint(key, 0, 0, b"", 0)
+        if start.offset == committed.offset or not still_valid(key, committed):
+            return FileTail(found, committed)  # nothing to relearn, or rewritten: read anew
+        return FileTail(found, committed, relearn_from=start)
 
     def _read(self, keys: set[str]) -> int:
         """Read each file, hand its points on at once, then commit all offsets.
@@ -284,6 +341,9 @@ class Daemon:
                 self.access.failed(key, got.unreadable)
             else:
                 self.access.readable(key)
+            if got.replayed and self._memory is not None:
+                self.stats.relearned += len(got.replayed)
+                self._memory.relearn(got.replayed)
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
@@ -313,6 +373,8 @@ class Daemon:
             self._backfilled(None, 0, more=False)
         if self._on_cycle is not None:
             self._on_cycle()
+        if time.monotonic() >= self._next_snapshot:
+            self._snapshot()
         return delivered
 
     def _backfilled(self, key: str | None, points: int, *, more: bool) -> None:
@@ -365,3 +427,22 @@ class Daemon:
 
     def _save(self) -> None:
         self.state.save_offsets(t.checkpoint() for t in self._tails.values())
+
+    def _snapshot(self) -> None:
+        """Save the memory with each file's read position, at a cycle's end (consistent).
+
+        The interval stretches so that snapshots take at most SNAPSHOT_SHARE of
+        the loop: pickling a large fleet's state is not free.
+        """
+        if self._memory is None:
+            return
+        began = time.monotonic()
+        try:
+            blob = self._memory.dump()
+            self.state.save_snapshot(
+                self._memory.digest, blob, [t.position() for t in self._tails.values()]
+            )
+        except Exception as exc:  # a full disk must not stop reading; the next try may work
+            self._on_error(f"could not save the alert state: {exc}")
+        spent = time.monotonic() - began
+        self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry import __version__
+from trainsentry import __version__, snapshot
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
@@ -130,7 +130,8 @@ class Service:
     ) -> None:
         self.config = config
         try:
-            self.engine = Engine(load_rules(list(config.rules)))
+            self._ruleset = load_rules(list(config.rules))
+            self.engine = Engine(self._ruleset)
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
         try:
@@ -157,6 +158,8 @@ class Service:
             control_dir=config.control_dir.absolute() if config.control_dir else None,
         )
         sinks = [self._evaluate, self._print_points] if verbose >= 2 else [self._evaluate]
+        self.digest = snapshot.code_digest()
+        self._restored: list[Transition] | None = None  # what a rule change resolved
         self.daemon = Daemon(
             paths,
             state,
@@ -166,6 +169,8 @@ class Service:
             on_cycle=self._on_cycle,
             owns_run=config.shard.owns,
             max_wait=HEARTBEAT_SECONDS,
+            memory=self,
+            snapshot_every=config.snapshot_interval,
         )
         self.systemd = SystemdNotifier()
         self.heartbeat = Heartbeat(self.systemd)
@@ -187,6 +192,23 @@ class Service:
             if step:
                 self.engine.shift_clock(run, step)
             self._deliver(self.engine.feed_all(part))
+
+    # -- the alert state across restarts (runtime.Memory; see snapshot.py) ------
+
+    def restore(self, blob: bytes) -> bool:
+        loaded = snapshot.load(blob)
+        if loaded is None:
+            return False
+        self.engine, self.notifier.book = loaded
+        self._restored = self.engine.reload(self._ruleset)  # rules edited while it was down
+        return True
+
+    def dump(self) -> bytes:
+        return snapshot.dump(self.engine, self.notifier.book)
+
+    def relearn(self, points: list[Point]) -> None:
+        self.store.extend(points)
+        self.notifier.submit(self.engine.feed_all(points), relearned=True)
 
     def _print_points(self, points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
@@ -247,6 +269,7 @@ class Service:
                 print(err, file=sys.stderr)
             print("trainsentry: reload failed; the old rules keep running", file=sys.stderr)
         else:
+            self._ruleset = rules
             self._deliver(self.engine.reload(rules))
             print(f"trainsentry: reloaded {len(self.engine.rules)} rules", flush=True)
             if fresh != self.config:
@@ -298,6 +321,12 @@ class Service:
             if lane.route.kind != "command":
                 print(f"trainsentry: notifying {lane.sink.name}", flush=True)
         self.notifier.start()
+        if self._restored is not None:
+            print(
+                f"trainsentry: restored the alert state ({len(self.notifier.book)} firing)",
+                flush=True,
+            )
+            self._deliver(self._restored)
         guard = StuckLoopGuard(self.heartbeat, STUCK_SECONDS)
         guard.start()
         self.systemd.ready(f"watching {where}")

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS offsets (
+CHECKPOINT_COLUMNS = """
     path TEXT PRIMARY KEY,
     dev INTEGER NOT NULL,
     ino INTEGER NOT NULL,
@@ -27,7 +26,9 @@ CREATE TABLE IF NOT EXISTS offsets (
     offset INTEGER NOT NULL,
     decoder_state TEXT NOT NULL,
     updated REAL NOT NULL
-);
+"""
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS offsets ({CHECKPOINT_COLUMNS});
 -- One row per notification (a transition, or a repeat, for one receiver), written
 -- before it is sent. `key` is the idempotency key: a transition re-derived after a
 -- crash maps to the same row, so a confirmed one (`sent` set) is never sent again.
@@ -54,6 +55,17 @@ CREATE TABLE IF NOT EXISTS deliveries (
     notifications INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_receiver ON deliveries (receiver, sent);
+-- The alert state (engine and firing book, see snapshot.py) as of one moment, and
+-- where reading each file stood at that moment: after a restart the state is
+-- restored and the points between these offsets and `offsets` are read again to
+-- relearn, not to tell. One row; replaced whole, with its offsets, in one transaction.
+CREATE TABLE IF NOT EXISTS snapshot (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    digest TEXT NOT NULL,
+    taken REAL NOT NULL,
+    blob BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshot_offsets ({CHECKPOINT_COLUMNS});
 """
 
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -88,6 +100,25 @@ class Checkpoint:
     behind: bytes = b""  # the bytes just before `offset`: a rewrite shifts them
     decoder_state: dict[str, Any] = field(default_factory=dict)
 
+    def same_file(self, other: Checkpoint) -> bool:
+        """Both taken of one file (an earlier and a later position of it)."""
+        n = min(len(self.fingerprint), len(other.fingerprint))
+        return (self.dev, self.ino) == (other.dev, other.ino) and (
+            self.fingerprint[:n] == other.fingerprint[:n]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Saved alert state and the read position of each file it has seen."""
+
+    blob: bytes
+    taken: float
+    offsets: dict[str, Checkpoint]
+
+
+_COLUMNS = "path, dev, ino, fingerprint, offset, behind, decoder_state"
+
 
 class StateDB:
     def __init__(self, path: Path | str) -> None:
@@ -95,52 +126,69 @@ class StateDB:
         self._db = connect(path)
 
     def load_offsets(self) -> dict[str, Checkpoint]:
-        rows = self._db.execute(
-            "SELECT path, dev, ino, fingerprint, offset, behind, decoder_state FROM offsets"
-        ).fetchall()
+        return self._load_checkpoints("offsets")
+
+    def save_offsets(self, checkpoints: Iterable[Checkpoint]) -> None:
+        """One transaction for a whole read cycle: all or nothing after a crash."""
+        rows = _rows(checkpoints)
+        if not rows:
+            return
+        with self._transaction():
+            self._upsert("offsets", rows)
+
+    def load_snapshot(self, digest: str) -> Snapshot | None:
+        """The saved alert state, if one was saved by code of this `digest`."""
+        row = self._db.execute("SELECT digest, taken, blob FROM snapshot WHERE id = 1").fetchone()
+        if row is None or row[0] != digest:
+            return None
+        return Snapshot(bytes(row[2]), row[1], self._load_checkpoints("snapshot_offsets"))
+
+    def save_snapshot(self, digest: str, blob: bytes, positions: Iterable[Checkpoint]) -> None:
+        """Replace the snapshot and its offsets together: one never outlives the other."""
+        rows = _rows(positions)
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO snapshot (id, digest, taken, blob) VALUES (1, ?, ?, ?)",
+                (digest, time.time(), blob),
+            )
+            self._db.execute("DELETE FROM snapshot_offsets")
+            self._upsert("snapshot_offsets", rows)
+
+    def _load_checkpoints(self, table: str) -> dict[str, Checkpoint]:
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM {table}").fetchall()
         return {
             r[0]: Checkpoint(r[0], r[1], r[2], bytes(r[3]), r[4], bytes(r[5]), json.loads(r[6]))
             for r in rows
         }
 
-    def save_offsets(self, checkpoints: Iterable[Checkpoint]) -> None:
-        """One transaction for a whole read cycle: all or nothing after a crash."""
-        now = time.time()
-        rows = [
-            (
-                c.path,
-                c.dev,
-                c.ino,
-                c.fingerprint,
-                c.offset,
-                c.behind,
-                json.dumps(c.decoder_state),
-                now,
-            )
-            for c in checkpoints
-        ]
-        if not rows:
-            return
-        with self._transaction():
-            self._db.executemany(
-                "INSERT INTO offsets"
-                " (path, dev, ino, fingerprint, offset, behind, decoder_state, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(path) DO UPDATE SET dev=excluded.dev, ino=excluded.ino,"
-                " fingerprint=excluded.fingerprint, offset=excluded.offset, behind=excluded.behind,"
-                " decoder_state=excluded.decoder_state, updated=excluded.updated",
-                rows,
-            )
+    def _upsert(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        self._db.executemany(
+            f"INSERT INTO {table} ({_COLUMNS}, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(path) DO UPDATE SET dev=excluded.dev, ino=excluded.ino,"
+            " fingerprint=excluded.fingerprint, offset=excluded.offset, behind=excluded.behind,"
+            " decoder_state=excluded.decoder_state, updated=excluded.updated",
+            rows,
+        )
 
     def forget_offsets(self, paths: Iterable[str]) -> None:
+        keys = [(p,) for p in paths]
         with self._transaction():
-            self._db.executemany("DELETE FROM offsets WHERE path = ?", [(p,) for p in paths])
+            self._db.executemany("DELETE FROM offsets WHERE path = ?", keys)
+            self._db.executemany("DELETE FROM snapshot_offsets WHERE path = ?", keys)
 
     def close(self) -> None:
         self._db.close()
 
     def _transaction(self) -> Transaction:
         return Transaction(self._db)
+
+
+def _rows(checkpoints: Iterable[Checkpoint]) -> list[tuple[object, ...]]:
+    now = time.time()
+    return [
+        (c.path, c.dev, c.ino, c.fingerprint, c.offset, c.behind, json.dumps(c.decoder_state), now)
+        for c in checkpoints
+    ]
 
 
 class Transaction:

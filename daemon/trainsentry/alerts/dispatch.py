@@ -12,6 +12,12 @@ record the outcome. The outcome follows the notifier contract: confirmed →
 `sent`; retryable → back off (exponential, jittered) and keep; not
 retryable → given up and logged. `step(now)` does no waiting itself, so
 tests drive a worker with a fake clock, one step at a time.
+
+A route may hold a resolve back until its firing has been delivered for a
+while (`hold_resolve`): Alertmanager pages only after its group_wait, so a
+firing and its resolve that arrive together, as after an outage, would
+never page. The held resolve and whatever follows it for the same alert
+wait together, so nothing overtakes it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,11 @@ def render(rows: list[Pending], attachments: bool, now: float) -> Message:
     )
 
 
+def _identity(row: Pending) -> tuple[str, str, str]:
+    alert = row.payload["alert"]
+    return (str(alert["run"]), str(alert["rule"]), str(alert["metric"]))
+
+
 class Lane:
     def __init__(
         self,
@@ -82,6 +93,7 @@ class Lane:
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.failed = 0
+        self._fired: dict[tuple[str, str, str], float] = {}  # alert → firing first delivered
 
     @property
     def receiver(self) -> str:
@@ -94,7 +106,9 @@ class Lane:
         allowed = rate_allowed_at(self.route, sent, now)
         if allowed > now:
             return allowed
-        rows = self.outbox.take(self.receiver, now, batch=self.route.batch)
+        rows = self._hold_resolves(
+            self.outbox.take(self.receiver, now, batch=self.route.batch), now
+        )
         if not rows:
             return self.outbox.next_due(self.receiver)
         try:
@@ -106,6 +120,11 @@ class Lane:
         keys = [r.key for r in rows]
         if result.ok:
             self.outbox.confirm(self.receiver, keys, done)
+            for r in rows:
+                if r.payload["alert"]["state"] == "resolved":
+                    self._fired.pop(_identity(r), None)
+                else:
+                    self._fired.setdefault(_identity(r), done)
             self.sent += 1
             log.info("sent %d notification(s) to %s", len(rows), self.sink.name)
         elif result.retryable:
@@ -123,6 +142,30 @@ class Lane:
         if self._on_result is not None:
             self._on_result(self.route, rows, result)
         return done
+
+    def _hold_resolves(self, rows: list[Pending], now: float) -> list[Pending]:
+        """The rows to send now; resolves too soon after their firing wait, and what follows."""
+        hold = self.route.hold_resolve
+        if hold <= 0 or not rows:
+            return rows
+        fired_here: set[tuple[str, str, str]] = set()
+        held: dict[tuple[str, str, str], float] = {}
+        keep: list[Pending] = []
+        for r in rows:
+            alert = _identity(r)
+            if alert in held:
+                self.outbox.defer([r.key], held[alert])
+                continue
+            if r.payload["alert"]["state"] != "resolved":
+                fired_here.add(alert)
+            else:
+                fired = now if alert in fired_here else self._fired.get(alert)
+                if fired is not None and now < fired + hold:
+                    held[alert] = fired + hold
+                    self.outbox.defer([r.key], held[alert])
+                    continue
+            keep.append(r)
+        return keep
 
     # -- the thread -----------------------------------------------------------
 

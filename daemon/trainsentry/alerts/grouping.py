@@ -10,10 +10,10 @@ limit per receiver holds messages back when a flapping run would flood a
 channel; what is held leaves together, as one message per run.
 
 The waiting itself lives in the outbox rows (`due`), not in memory, so a
-warning held for its group wait survives a crash like any other row. Only the
-firing book (what is firing now, since when, who was told) is in memory: it
-is rebuilt from the engine's transitions, and the engine itself starts empty
-after a restart.
+warning held for its group wait survives a crash like any other row. The
+firing book (what is firing now, since when, who was told) lives in memory
+and is saved with the engine's state (snapshot.py), so after a restart what
+was firing is still repeated, re-sent to Alertmanager, and resolved.
 
 Every function takes `now`: the delivery workers and the tests pass the clock
 in, so nothing here sleeps or reads the time.

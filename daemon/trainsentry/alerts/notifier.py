@@ -131,15 +131,22 @@ class Notifier:
 
     # -- the main loop's calls -----------------------------------------------
 
-    def submit(self, transitions: Sequence[Transition]) -> None:
+    def submit(self, transitions: Sequence[Transition], *, relearned: bool = False) -> None:
+        """Tell the receivers; `relearned` transitions only update the firing book.
+
+        Relearned ones are re-derived after a restart from points read before it
+        (see snapshot.py): their rows are in the outbox already, their incident
+        saved and their actions taken, so only the book must learn them again.
+        """
         entries: list[Entry] = []
         for t in transitions:
             shown = not (t.wall_time < self.since)  # NaN (no time) is shown
             if t.state == "firing":
-                self._firing(t, shown, entries)
+                self._firing(t, shown, entries, relearned)
             elif t.state == "resolved":
                 self._resolved(t, shown, entries)
-        self._enqueue(entries)
+        if not relearned:
+            self._enqueue(entries)
 
     def tick(self) -> None:
         """Repeat what is still firing to receivers last told a repeat interval ago."""
@@ -176,7 +183,7 @@ class Notifier:
 
     # -- transitions -----------------------------------------------------------
 
-    def _firing(self, t: Transition, shown: bool, entries: list[Entry]) -> None:
+    def _firing(self, t: Transition, shown: bool, entries: list[Entry], relearned: bool) -> None:
         now = self._clock()
         before = self.book.get(t.key)
         alert = t.as_dict()
@@ -184,16 +191,17 @@ class Notifier:
         if not shown:
             return
         rule = self._rule_of(t.rule)
-        if before is None or not before.shown:
+        first = before is None or not before.shown
+        if first:
             entry.extra["first_step"] = t.step
             entry.extra["first_wall"] = alert["wall_time"]
         entry.extra["threshold"] = threshold_of(rule, t.severity)
         entry.extra["link"] = link_for(self.link_template, alert)
-        incident = self._save_incident(t, entry)
+        incident = None if relearned else self._save_incident(t, entry)
         if incident is not None:
             entry.extra["incident"] = str(incident)
         actions: list[str] = []
-        if rule is not None and rule.actions and (before is None or not before.shown):
+        if rule is not None and rule.actions and first and not relearned:
             actions = self._act(t, rule, alert, now, entries)
         payload = {**entry.extra, "alert": alert, "kind": "firing", "since": entry.since, "at": now}
         if actions:

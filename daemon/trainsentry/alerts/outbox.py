@@ -186,6 +186,13 @@ class Outbox:
                     o = self._held.override(k)
                     o.due, o.attempts, o.last_error = due, o.attempts + 1, error
 
+    def defer(self, keys: Iterable[str], due: float) -> None:
+        """Not before `due`, and no attempt counted: held back on purpose, not failed."""
+        with self._lock, Transaction(self._db):
+            self._db.executemany(
+                "UPDATE outbox SET due = ? WHERE key = ?", [(due, k) for k in keys]
+            )
+
     def give_up(self, keys: Iterable[str], error: str, now: float) -> None:
         with self._lock:
             table = self._held.given_up(list(keys), error, now)

@@ -48,6 +48,8 @@ class Route:
     rate_limit: tuple[int, float] | None = RATE_LIMIT
     timeout: float = SEND_TIMEOUT_SECONDS
     batch: bool = True  # several alerts of a run in one message
+    # A resolve leaves no sooner than this after its firing was delivered (dispatch.py).
+    hold_resolve: float = 0.0
 
     @property
     def receiver(self) -> str:
@@ -101,6 +103,9 @@ def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Rout
         repeat_interval=ALERTMANAGER_RESEND_SECONDS,
         rate_limit=None,
         timeout=timeout,
+        # Alertmanager pages for a firing alert only after its group_wait (30 s by
+        # default); one resolved before then, as after an outage, never pages at all.
+        hold_resolve=ALERTMANAGER_RESEND_SECONDS,
     )
 
 

@@ -59,6 +59,7 @@ class Config:
     poll: float | None = None  # seconds between sweeps; None: inotify (polling on network fs)
     history: float = 3600.0  # data older than this at startup notifies no one (inf: all)
     retention: int = 1000  # points per series kept at full resolution
+    snapshot_interval: float = 60.0  # seconds between saves of the alert state
     shard: Shard = ALL
     link_template: str | None = None
     http: HttpSettings = field(default_factory=HttpSettings)

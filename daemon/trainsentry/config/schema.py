@@ -300,6 +300,7 @@ class ConfigSpec(Strict):
     poll: Poll = None
     history: Horizon = 3600.0
     retention: int = Field(default=1000, ge=1)
+    snapshot_interval: Seconds = Field(default=60.0, gt=0)
     shard: ShardField = ALL
     link_template: str | None = None
     http: Annotated[HttpSpec, BeforeValidator(_http_shorthand)] = Field(default_factory=HttpSpec)

@@ -11,6 +11,12 @@ the last one stopped.
 The file is kept open between reads: when the path is renamed away or deleted,
 the open handle still reaches the old file, so what was appended to it before
 the rotation is drained instead of lost.
+
+A tail can also *relearn*: begin at an earlier position of the file than its
+checkpoint (where the last saved alert state stood, or the start) and hand
+the points up to the checkpoint back separately, as `replayed`. They were
+delivered before the restart; the engine reads them again to rebuild its
+windows, and nobody is told twice.
 """
 
 from __future__ import annotations
@@ -39,10 +45,44 @@ class TailRead:
     # the OS refused to stat, open or read the file (permissions, I/O error): the
     # read is retried from the same offset next time, nothing is skipped
     unreadable: str | None = None
+    replayed: list[Point] = field(default_factory=list)  # read again to relearn, see above
+
+
+def still_valid(path: str, cp: Checkpoint) -> bool:
+    """The file at `path` is the one `cp` was taken of, unchanged up to its offset."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return _matches(fd, cp)
+    finally:
+        os.close(fd)
+
+
+def _matches(fd: int, cp: Checkpoint) -> bool:
+    st = os.fstat(fd)
+    if (cp.dev, cp.ino) != (st.st_dev, st.st_ino) or st.st_size < cp.offset:
+        return False
+    head = os.pread(fd, len(cp.fingerprint), 0)
+    behind = os.pread(fd, len(cp.behind), cp.offset - len(cp.behind))
+    return head == cp.fingerprint and behind == cp.behind
 
 
 class FileTail:
-    def __init__(self, log: LogFile, checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        log: LogFile,
+        checkpoint: Checkpoint | None = None,
+        *,
+        relearn_from: Checkpoint | None = None,
+    ) -> None:
+        """Resume at `checkpoint`; or, with `relearn_from` (an earlier checkpoint of
+        the same file, or one at offset 0), re-read from there up to it first.
+
+        The caller checks that `checkpoint` still holds (`still_valid`): a file
+        rewritten since holds new points that must not pass as replayed.
+        """
         self.log = log
         self.path = str(log.path)
         self.skipped_records = 0
@@ -54,12 +94,22 @@ class FileTail:
         self._seen: tuple[int, int] = (-1, -1)
         self._decoder: Decoder = new_decoder(log.kind)
         self._resume = checkpoint
+        # While relearning: the checkpoint the last process committed, and its offset.
+        self._committed: Checkpoint | None = None
+        self._replay_until: int | None = None
+        if checkpoint is not None and relearn_from is not None:
+            self._committed, self._replay_until = checkpoint, checkpoint.offset
+            self._resume = relearn_from if relearn_from.offset > 0 else None
 
     # -- public -------------------------------------------------------------
 
     @property
     def offset(self) -> int:
         return self._offset
+
+    @property
+    def relearning(self) -> bool:
+        return self._replay_until is not None
 
     def read(self, budget: int = 64 << 20) -> TailRead:
         """Read what was appended since the last call, up to about `budget` bytes."""
@@ -92,6 +142,13 @@ class FileTail:
         return out
 
     def checkpoint(self) -> Checkpoint:
+        """Where delivery stands: while relearning, still where the last process left it."""
+        if self._committed is not None:
+            return self._committed
+        return self.position()
+
+    def position(self) -> Checkpoint:
+        """Where reading stands, relearned points included (what the alert state has seen)."""
         if self._resume is not None:
             return self._resume  # not opened yet: where the last process stopped still holds
         return Checkpoint(
@@ -122,9 +179,7 @@ class FileTail:
         self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
         cp, self._resume = self._resume, None
         if cp is not None and (cp.dev, cp.ino) == (st.st_dev, st.st_ino):
-            head = os.pread(fd, len(cp.fingerprint), 0)
-            behind = os.pread(fd, len(cp.behind), cp.offset - len(cp.behind))
-            if head == cp.fingerprint and behind == cp.behind and st.st_size >= cp.offset:
+            if _matches(fd, cp):
                 self._fingerprint, self._offset = cp.fingerprint, cp.offset
                 self._behind = cp.behind
                 self._decoder.restore(cp.decoder_state)
@@ -145,6 +200,7 @@ class FileTail:
         self._seen = (-1, -1)
         self._fingerprint = b""
         self._behind = b""
+        self._committed = self._replay_until = None  # what it was is gone
 
     def _check_rewritten(self, st: os.stat_result) -> None:
         """Detect copytruncate and in-place rewrites of the open file."""
@@ -186,7 +242,8 @@ class FileTail:
             if spent >= budget:
                 out.more = True
                 return
-            want = min(chunk, size - self._offset)
+            end = size if self._replay_until is None else min(size, self._replay_until)
+            want = min(chunk, end - self._offset)
             try:
                 data = os.pread(fd, want, self._offset)
             except OSError as exc:
@@ -199,18 +256,22 @@ class FileTail:
             for err in decoded.errors:
                 self.skipped_records += 1
                 out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
+            target = out.points if self._replay_until is None else out.replayed
             # tuple.__new__ skips NamedTuple's Python-level __new__: a third of
             # the per-point cost outside the decoder on a backfill.
             if prefix:
-                out.points.extend(
+                target.extend(
                     _new(Point, (run, prefix + t, st, w, v)) for t, st, w, v in decoded.samples
                 )
             else:
-                out.points.extend(
-                    _new(Point, (run, t, st, w, v)) for t, st, w, v in decoded.samples
-                )
+                target.extend(_new(Point, (run, t, st, w, v)) for t, st, w, v in decoded.samples)
             spent += len(data)
             if decoded.consumed == 0:
+                if self._replay_until is not None and self._offset + len(data) >= end:
+                    # the committed offset is no record boundary (cannot happen for a
+                    # valid checkpoint): deliver from here on rather than stall
+                    self._committed = self._replay_until = None
+                    continue
                 if at_eof or chunk >= MAX_RECORD:
                     return  # an incomplete record: wait for the writer
                 chunk *= 2  # one record longer than a chunk: read more at once
@@ -219,6 +280,8 @@ class FileTail:
             last = data[max(0, decoded.consumed - FINGERPRINT_BYTES) : decoded.consumed]
             self._behind = (self._behind + last)[-FINGERPRINT_BYTES:]
             chunk = READ_CHUNK
+            if self._replay_until is not None and self._offset >= self._replay_until:
+                self._committed = self._replay_until = None  # relearned: deliver from here
 
     def _close(self) -> None:
         if self._fd is not None:
