@@ -201,6 +201,7 @@ def main() -> None:
             p1, t1 = points_read(port), time.monotonic()
             c1, g1 = cpu_seconds(daemon.pid), cpu_seconds(gen.pid)
             rss_end = rss_mb(daemon.pid)
+            rss_peak = max(rss_peak, rss_end)
             deadline = time.monotonic() + 30  # the last injections' alerts
             while len(tail.seen) < len(written) and time.monotonic() < deadline:
                 tail.poll()

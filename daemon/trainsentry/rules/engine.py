@@ -256,11 +256,7 @@ class Engine:
                 self._reconcile(run, alert, step, wall, reason, out)
 
     def tick(self, now: float, now_of: Callable[[str], float] | None = None) -> list[Transition]:
-        """Live only: fire no-data alerts whose deadline `now` has passed.
-
-        `now_of(run)`, where given, is the now of each run (silence_clock.py:
-        immune to wall-clock steps).
-        """
+        """Live only: fire no-data alerts whose deadline `now` (or `now_of(run)`) has passed."""
         out: list[Transition] = []
         for run_id, run in self._runs.items():
             at = now if now_of is None else now_of(run_id)
@@ -269,12 +265,8 @@ class Engine:
         return out
 
     def shift_clock(self, run_id: str, seconds: float) -> None:
-        """The run's stamps stepped by `seconds` with no time passing (a clock step): move
-        what its clocks remember by as much, so the step reads as neither silence nor a hang.
-
-        Only the live daemon knows a step from a real gap (silence_clock.py); the
-        data's own stamps, and what the engine reports, are left as they are.
-        """
+        """A clock step in the run's stamps (told by silence_clock.py): move what its clocks
+        remember by as much, so the step reads as neither silence nor a hang."""
         run = self._runs.get(run_id)
         if run is None:
             return
