@@ -1,10 +1,11 @@
 """What the probe costs per training step, against the same loop without it.
 
-    python bench/probe_overhead.py [--device cpu|cuda] [--size small|gpt2] [--rounds 5]
+    python bench/probe_overhead.py [--device cpu|cuda] [--size small|gpt2] [--rounds 9]
 
-Variants, measured in one process and interleaved round by round (so drift in
-clock speed or a noisy neighbour hits all of them alike), each timed as the
-median over rounds of the mean step time:
+Variants, measured in one process and interleaved round by round, in an order
+rotated each round (so drift in clock speed or a noisy neighbour hits all of
+them alike), each compared with the plain loop of the same round; the spread
+of those per-round ratios is printed with their median:
 
 - plain:       the loop alone;
 - default:     watch() at its default cadences (per-layer every 100 steps,
@@ -18,21 +19,31 @@ Targets (issue 5): default ≤ 1 %, layers/step ≤ 5 %, and several times cheap
 than naive. On the CPU a device read is free, so naive looks cheaper than it
 is on a GPU, where every `.item()` waits for the queue to drain; the GPU
 figures (--device cuda --size gpt2) are the ones that decide.
+
+On a shared machine the ratios wander by several percent either way, more
+than the probe's cost at default cadences; so a last pass also clocks the
+time spent inside the probe's hooks (the training thread's share of its cost,
+noise-free to a microsecond) and in the writer thread's rendering.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import trainsentry_probe
+from trainsentry_probe.activations import ActivationSampler
+from trainsentry_probe.probe import Probe
+from trainsentry_probe.writer import RecordWriter
 
 
 class GPTish(nn.Module):
@@ -99,11 +110,64 @@ def naive_norms(model: nn.Module) -> Callable[[], None]:
     return read
 
 
+# the probe's hook bodies: everything it runs on the training thread
+HOOKS = (
+    "_on_forward_pre",
+    "_on_forward",
+    "_on_backward_start",
+    "_requeue",
+    "_on_backward_end",
+    "_on_step_pre",
+    "_on_step_post",
+    "_record",
+)
+
+
+class HookClock:
+    """Seconds spent inside the probe's hooks (training thread) and in the writer's
+    rendering (its own thread), by wrapping the class attributes before watch()."""
+
+    def __init__(self) -> None:
+        self.hooks = 0.0
+        self.writer = 0.0
+        self._saved: list[tuple[type, str, Any]] = []
+
+    def _wrap(self, cls: type, name: str, field: str) -> None:
+        original = getattr(cls, name)
+        self._saved.append((cls, name, original))
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                setattr(self, field, getattr(self, field) + time.perf_counter() - start)
+
+        setattr(cls, name, timed)
+
+    def __enter__(self) -> HookClock:
+        for name in HOOKS:
+            self._wrap(Probe, name, "hooks")
+        for name in ("_measure", "embedding_stats"):  # the activation hooks' bodies
+            self._wrap(ActivationSampler, name, "hooks")
+        self._wrap(RecordWriter, "_lines", "writer")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, name, original in reversed(self._saved):
+            setattr(cls, name, original)
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):7.4f} [{min(values):.4f}-{max(values):.4f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     parser.add_argument("--steps", type=int, default=100, help="steps per variant per round")
     args = parser.parse_args()
@@ -119,42 +183,49 @@ def main() -> None:
         "everything": {"layer_every": 1, "sample_every": 1},
         "naive": None,
     }
+    names = list(variants)
     times: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
+    clocks: dict[str, tuple[float, float]] = {}
     model, opt, step = make(args.size, device)
+    hook = step.hook  # type: ignore[attr-defined]
+
+    def timed_run(name: str, logdir: str, first_step: int) -> tuple[float, float]:
+        options = variants[name]
+        probe = None
+        if options is not None:
+            # numbered as if one run went on across rounds, so each tier falls on its
+            # cadence (once per 100 steps at the default), not on every round's step 0
+            probe = trainsentry_probe.watch(
+                model, opt, logdir, gpu_sample_seconds=0, start_step=first_step, **options
+            )
+        if name == "naive":
+            hook["after_backward"] = naive_norms(model)
+        sync()
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        for _ in range(args.steps):
+            step()
+        sync()
+        wall, used = time.perf_counter() - start, time.thread_time() - start_cpu
+        hook.pop("after_backward", None)
+        if probe is not None:
+            probe.close()
+        return wall / args.steps, used / args.steps
+
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(10):  # warm-up: allocator, kernels, lazy optimizer state
             step()
         for round_ in range(args.rounds):
-            for name, options in variants.items():
-                probe = None
-                hook = step.hook  # type: ignore[attr-defined]
-                if options is not None:
-                    # numbered as if one run went on across rounds (1 + steps so far), so
-                    # each tier falls on its cadence, not on every round's step 0
-                    probe = trainsentry_probe.watch(
-                        model,
-                        opt,
-                        f"{tmp}/{name}/{round_}",
-                        gpu_sample_seconds=0,
-                        start_step=1 + round_ * args.steps,
-                        **options,
-                    )
-                if name == "naive":
-                    hook["after_backward"] = naive_norms(model)
-                sync()
-                start, start_cpu = time.perf_counter(), time.thread_time()
-                for _ in range(args.steps):
-                    step()
-                sync()
-                times[name].append((time.perf_counter() - start) / args.steps)
-                cpu[name].append((time.thread_time() - start_cpu) / args.steps)
-                hook.pop("after_backward", None)
-                if probe is not None:
-                    probe.close()
+            shift = round_ % len(names)  # each variant takes each position in turn
+            for name in names[shift:] + names[:shift]:
+                wall, used = timed_run(name, f"{tmp}/{name}/{round_}", 1 + round_ * args.steps)
+                times[name].append(wall)
+                cpu[name].append(used)
+        for name in ("default", "layers/step", "everything"):
+            with HookClock() as clock:
+                timed_run(name, f"{tmp}/{name}/clocked", 1)
+            clocks[name] = (clock.hooks / args.steps, clock.writer / args.steps)
 
-    base = statistics.median(times["plain"])
-    base_cpu = statistics.median(cpu["plain"])
     where = f"{device.type}" + (
         f" ({torch.cuda.get_device_name(device)})"
         if device.type == "cuda"
@@ -163,13 +234,22 @@ def main() -> None:
     print(f"probe overhead: {args.size} model on {where}; torch {torch.__version__}")
     if device.type != "cuda":
         print("no GPU in this run: CPU figures only; the GPU figure is for a session with one")
-    print("median over rounds. CPU = CPU time of the training thread: on a shared machine")
-    print("it is steadier than wall time; it leaves out the probe's writer thread, which")
-    print("runs beside the loop (on another core where there is one)")
-    print(f"{'variant':<12} {'ms/step':>9} {'ratio':>8} {'CPU ms':>9} {'CPU ratio':>10}")
-    for name in variants:
-        t, c = statistics.median(times[name]), statistics.median(cpu[name])
-        print(f"{name:<12} {t * 1e3:9.3f} {t / base:8.4f} {c * 1e3:9.3f} {c / base_cpu:10.4f}")
+    print(f"{args.rounds} rounds x {args.steps} steps, variants rotated each round; ratio =")
+    print("variant / plain of the same round, median [min-max] over rounds. CPU = CPU time")
+    print("of the training thread (steadier on a shared machine; leaves out the writer thread)")
+    print(f"{'variant':<12} {'ms/step':>8} {'wall ratio':>24} {'CPU ratio':>24}")
+    for name in names:
+        wall = [t / p for t, p in zip(times[name], times["plain"], strict=True)]
+        used = [c / p for c, p in zip(cpu[name], cpu["plain"], strict=True)]
+        ms = statistics.median(times[name]) * 1e3
+        print(f"{name:<12} {ms:8.3f} {spread(wall):>24} {spread(used):>24}")
+    base = statistics.median(times["plain"])
+    print("time inside the probe per step (one clocked pass; the clocks add ~1 us a call):")
+    print(f"{'variant':<12} {'hooks us':>9} {'of a step':>10} {'writer us':>10}")
+    for name, (hooks, writer) in clocks.items():
+        print(f"{name:<12} {hooks * 1e6:9.1f} {hooks / base:10.2%} {writer * 1e6:10.1f}")
+    if device.type == "cuda":
+        print("(on a GPU the hooks' host time overlaps the queued kernels; the wall ratio decides)")
 
 
 if __name__ == "__main__":

@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from daemon_process import DaemonProcess
-from notify_endpoints import HttpReceiver, Request
+from notify_endpoints import HttpReceiver, Request, free_port
+from prometheus_client.parser import text_string_to_metric_families
 from test_outbox_crash import confirmed, delivered
 
 from trainsentry.reading import iter_points
@@ -77,6 +80,12 @@ def offset(tmp: Path, log: Path, table: str = "offsets") -> int | None:
     return found[0] if found else None
 
 
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def wait_until(check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not check():
@@ -113,10 +122,14 @@ def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     first.stop(signal.SIGKILL)
     assert alerts(tmp_path) == []
 
-    second = start(tmp_path)
+    address = f"127.0.0.1:{free_port()}"
+    second = start(tmp_path, "--http", address)  # the last --http wins
     write(job, range(11, 50), high)
     second.wait_until(lambda: ("resolved", 40) in alerts(tmp_path))
+    metrics = scrape(f"http://{address}/metrics")
     second.stop()
+    # relearned: what the first life read after its snapshot (8..10), or all it read (0..7)
+    assert metrics["trainsentry_points_relearned_total"] == (3 if saved == "snapshot" else 8)
     rules = load_rules([str(tmp_path / "rules.yaml")])
     expected = replay_transitions(iter_points([tmp_path / "logs"]), rules)
     assert [(t.state, t.step) for t in expected if t.reason != "run finished"] == [
@@ -237,3 +250,52 @@ def test_twenty_kills_during_a_live_run_lose_no_alert_and_send_none_twice(
     printed = Counter(alerts(tmp_path))
     assert set(printed) == expected, why
     assert sum(printed.values()) - len(printed) <= KILLS, why
+
+
+def test_a_run_deleted_while_the_daemon_was_down_is_resolved_at_the_restart(
+    tmp_path: Path, job: Path
+) -> None:
+    """Else its restored alert would be repeated, and re-sent to Alertmanager, forever.
+
+    Its data is older than the second life's history horizon; the resolve is
+    told all the same, because the firing was.
+    """
+    receiver = HttpReceiver()
+    url = f"json://{receiver.url}/hook"
+    try:
+        write(job, range(0, 20), range(0, 20))
+        (tmp_path / "logs" / "exp2").mkdir()  # a healthy run that stays
+        write(tmp_path / "logs" / "exp2" / "metrics.jsonl", range(0, 20), range(0))
+        first = start(tmp_path, "--notify", url)
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 1)
+        first.stop()
+        shutil.rmtree(job.parent)
+        second = start(tmp_path, "--notify", url, "--history", "3600")  # the last wins
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 2)
+        second.wait_until(lambda: ("resolved", 19) in alerts(tmp_path))
+        second.stop()
+    finally:
+        receiver.close()
+    assert alerts(tmp_path) == [("firing", 10), ("resolved", 19)]
+    resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
+    assert (resolved["run"], resolved["reason"]) == ("exp1", "no longer watched")
+    assert "no longer watched" in receiver.requests[1].json()["message"]
+
+
+def test_a_rule_edited_while_the_daemon_was_down_resolves_its_alert_at_the_restart(
+    tmp_path: Path, job: Path
+) -> None:
+    """A restart is how most people deploy a rule change: it acts like SIGHUP's reload."""
+    write(job, range(0, 20), range(0, 20))
+    first = start(tmp_path)
+    first.wait_until(lambda: ("firing", 10) in alerts(tmp_path))
+    first.stop()
+    (tmp_path / "rules.yaml").write_text(RULES.replace("above: 10", "above: 30"))
+    second = start(tmp_path)
+    second.wait_until(lambda: ("resolved", 19) in alerts(tmp_path))
+    write(job, range(20, 40), range(0, 40))  # still 20: high no more under the new rule
+    second.wait_for_points(20)
+    second.stop()
+    assert alerts(tmp_path) == [("firing", 10), ("resolved", 19)]
+    resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
+    assert resolved["reason"] == "rule changed"

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from pty_process import TtyBuffer, plain, terminal_env
 
 from trainsentry.http_api import (
     ApiServer,
@@ -31,12 +32,13 @@ from trainsentry.http_api import (
     render_status,
     runs_of_store,
 )
-from trainsentry.http_api.status import base_url, format_age
+from trainsentry.http_api.status import base_url, format_age, loaded
 from trainsentry.http_api.view import alerts_document, runs_document
 from trainsentry.metrics import inotify_watches
 from trainsentry.point import Point
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.runtime import Stats
+from trainsentry.sinks import console
 from trainsentry.store import Store
 from trainsentry.systemd import Heartbeat, health_limit
 
@@ -245,7 +247,7 @@ def test_status_fetches_and_renders_the_running_daemon(view: FakeView) -> None:
             fetch_status(f"127.0.0.1:{server.port}")
     finally:
         server.close()
-    assert render_status(runs, alerts, tty=False).splitlines() == [
+    assert render_status(runs, alerts).splitlines() == [
         "RUN         STEP    AGE  FIRING",
         "exp1/seed0  1234    30s  critical grad_norm_growth (train/grad_norm)",
         "                         warning loss_nan (train/grad_norm)",
@@ -257,17 +259,25 @@ def test_status_fetches_and_renders_the_running_daemon(view: FakeView) -> None:
     ]
 
 
-def test_on_a_terminal_severities_are_coloured_and_long_lines_clipped() -> None:
-    runs = runs_document(SNAPSHOT, NOW)
-    alerts = alerts_document(SNAPSHOT, NOW)
-    lines = render_status(json.dumps(runs), json.dumps(alerts), tty=True, width=60).splitlines()
-    assert lines[1] == "exp1/seed0  1234    30s  \x1b[31mcritical\x1b[0m grad_norm_growth (train/g…"
-    assert "\x1b[33mwarning\x1b[0m" in lines[2]
-    assert "\x1b" not in render_status(runs, alerts, tty=False, width=60)
+def test_on_a_narrow_terminal_status_wraps_messages_instead_of_cutting_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal_env(monkeypatch)
+    runs, alerts = loaded(json.dumps(runs_document(SNAPSHOT, NOW)), alerts_document(SNAPSHOT, NOW))
+    out = TtyBuffer()
+    screen = console.console_for(out)
+    screen.width = 60
+    console.print_status(screen, runs, alerts)
+    assert "\x1b[1;31mcritical" in out.getvalue() and "\x1b[33mwarning" in out.getvalue()
+    lines = [x.rstrip() for x in plain(out.getvalue()).splitlines()]
+    assert max(len(x) for x in lines) <= 60
+    assert lines[1].split() == ["exp1/seed0", "1234", "30s", "critical", "grad_norm_growth"]
+    words = " ".join(" ".join(lines).split())  # wrapped, nothing cut
+    assert "critical exp1/seed0 grad_norm_growth: grad_norm_growth on exp1/seed0" in words
 
 
 def test_a_daemon_with_nothing_to_show_renders_an_empty_table() -> None:
-    text = render_status({"runs": []}, {"alerts": []}, tty=False)
+    text = render_status({"runs": []}, {"alerts": []})
     assert text == "RUN  STEP  AGE  FIRING\n0 runs, 0 firing\n"
 
 

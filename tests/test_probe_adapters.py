@@ -76,6 +76,61 @@ def test_the_lightning_callback_records_a_fit_and_honours_a_stop(tmp_path: Path)
     assert len(records(tmp_path / "b")) == 1  # stopped at the end of the first batch
 
 
+def test_the_lightning_callback_unscales_and_counts_skips_under_16_mixed(tmp_path: Path) -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    from trainsentry_probe.lightning import TrainsentryCallback
+
+    class Module(pl.LightningModule):
+        """Overflows at step 2; records the unscaled norm Lightning's clipping sees."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+            self.norms: dict[int, float] = {}
+            self.overflow: Any = None
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            if self.global_step == 2:
+                self.overflow = self.net[0].weight.register_hook(lambda g: g * float("inf"))
+            return F.cross_entropy(self.net(x), y)
+
+        def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+            self.norms[self.global_step] = float(
+                nn.utils.clip_grad_norm_(self.parameters(), 1e9)  # after unscale_, here
+            )
+            if self.overflow is not None:  # the inf was for one step
+                self.overflow.remove()
+                self.overflow = None
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+    module = Module()
+    pl.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=5,
+        logger=False,
+        accelerator="cpu",
+        # Lightning swaps "16-mixed" for bf16 on the CPU; the plugin itself keeps fp16
+        plugins=[MixedPrecision("16-mixed", "cpu")],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[TrainsentryCallback()],
+    ).fit(module, DataLoader(data, batch_size=8))
+    got = records(tmp_path)
+    assert [r["step"] for r in got] == list(range(5))  # as Lightning's global_step counts
+    assert [r["probe/amp_skipped"] for r in got] == [0, 0, 1, 0, 0]
+    assert got[3]["probe/grad_scale"] == got[2]["probe/grad_scale"] / 2
+    applied = [r["probe/grad_norm"] for r in got if not r["probe/amp_skipped"]]
+    assert applied == pytest.approx([module.norms[s] for s in (0, 1, 3, 4)], rel=1e-5)
+
+
 def test_the_hf_callback_records_a_trainer_run(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # the Trainer needs it

@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from pty_process import TtyBuffer, plain, screen_lines, terminal_env
 
 from trainsentry import runtime
+from trainsentry.point import Point
+from trainsentry.progress import BackfillReporter, human_count
+from trainsentry.rules.lifecycle import Transition
 from trainsentry.runtime import Backfill, Daemon
-from trainsentry.service import BackfillReporter, human_count
+from trainsentry.sinks.terminal import AlertPrinter
 from trainsentry.sources import tail
 from trainsentry.state import StateDB
 
@@ -23,11 +27,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def step(done: int, points: int, seconds: float, *, finished: bool = False) -> Backfill:
@@ -66,16 +65,51 @@ def test_a_log_gets_a_line_every_few_seconds_then_caught_up() -> None:
     ]
 
 
-def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
-    out, clock = Terminal(), Clock()
+def test_a_terminal_gets_a_progress_bar_redrawn_in_place_then_caught_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal_env(monkeypatch, columns=100)
+    out, clock = TtyBuffer(), Clock()
     report = BackfillReporter(out, clock=clock)
-    for t in (0.3, 0.6, 0.9):
+    for t in (0.1, 0.3, 0.45, 0.6):  # 0.45: within 0.2 s of the last draw, skipped
         clock.now = t
-        report(step(int(t * 10), int(t * 1e6), t))
+        report(step(int(t * 40), int(t * 1e6), t))
+    drawn = out.getvalue()
+    assert "\n" not in drawn  # the bar stays on its one line
+    frames = [plain(f).strip() for f in drawn.split("\r") if plain(f).strip()]
+    assert [f.split("━")[0].strip() for f in frames] == ["trainsentry: backfill"] * 2
+    assert frames[-1].endswith("24/40 files, 600.0k points, 0.6 s")
     report(step(40, 1_000_000, 1.0, finished=True))
-    text = out.getvalue()
-    assert text.count("\r") == 4 and text.count("\n") == 1 and text.endswith("\n")
-    assert text.rsplit("\r", 1)[1].startswith("trainsentry: caught up: 40 files, 1.0M points")
+    assert screen_lines(out.getvalue()) == [  # the bar gives way to the summary line
+        "trainsentry: caught up: 40 files, 1.0M points in 1.0 s",
+        "",
+    ]
+    hidden, shown = out.getvalue().count("\x1b[?25l"), out.getvalue().count("\x1b[?25h")
+    assert hidden == shown == 1  # the cursor is given back
+
+
+def test_an_alert_during_the_backfill_is_printed_above_the_bar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal_env(monkeypatch)
+    screen, clock = TtyBuffer(), Clock()  # stdout and stderr on one terminal
+    report = BackfillReporter(screen, clock=clock)
+    printer = AlertPrinter(since=0, out=screen)
+    clock.now = 0.3
+    report(step(10, 100_000, 0.3))
+    alert = Transition(
+        run="exp1", rule="loss_non_finite", severity="critical", state="firing", step=60,
+        wall_time=0, metric="loss", value=float("nan"), message="loss at step 60 is nan",
+    )  # fmt: skip
+    printer([alert])
+    clock.now = 0.6
+    report(step(20, 200_000, 0.6))
+    lines = screen_lines(screen.getvalue())
+    assert lines[0].split()[:4] == ["-", "FIRING", "critical", "exp1"]  # not after the bar
+    assert lines[1].strip() == "loss at step 60 is nan"
+    assert lines[2].startswith("trainsentry: backfill")
+    assert lines[2].endswith("20/40 files, 200.0k points, 0.6 s")
+    assert len(lines) == 3
 
 
 def test_the_daemon_reports_each_file_read_to_its_end_then_caught_up(
@@ -131,3 +165,36 @@ def test_the_service_logs_caught_up_when_not_on_a_terminal(tmp_path: Path) -> No
         proc.terminate()
         proc.wait(timeout=30)
     assert line == "trainsentry: caught up: 1 files, 1.0k points in " + line.split(" in ")[1]
+
+
+def test_a_stop_during_the_backfill_ends_it_and_leaves_the_rest_for_the_next_start(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "logs"
+    for name in ("a", "b", "c"):
+        write_log(root / name / "m.jsonl", 100)
+    read: list[tuple[str, int]] = []
+    backfills: list[Backfill] = []
+
+    def then_stop(points: list[Point]) -> None:  # as Ctrl-C after the first file
+        read.append((points[0].run, len(points)))
+        first.stop()
+
+    first = Daemon([root], StateDB(tmp_path / "state.db"), [then_stop], poll=60)
+    first.on_backfill = backfills.append
+    first.start()
+    first.close()
+    assert read == [("a", 200)]  # loss and lr
+    assert not any(b.done for b in backfills)  # not "caught up": it was not
+    assert backfills[-1].stopped and (backfills[-1].files_done, backfills[-1].files_total) == (1, 3)
+    out = io.StringIO()
+    BackfillReporter(out)(backfills[-1])
+    assert out.getvalue() == (
+        "trainsentry: backfill stopped at 1/3 files, 200 points; "
+        "the rest is read at the next start\n"
+    )
+    rest: list[Point] = []
+    second = Daemon([root], StateDB(tmp_path / "state.db"), [rest.extend], poll=60)
+    second.start()
+    second.close()
+    assert sorted({p.run for p in rest}) == ["b", "c"] and len(rest) == 400

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from trainsentry import __version__
 
@@ -30,6 +30,13 @@ class UsageError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (what is wrong, where to look), not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def default_state_dir() -> Path:
     env = os.environ.get("TRAINSENTRY_STATE_DIR")
     if env:
@@ -41,7 +48,7 @@ def default_state_dir() -> Path:
 def _existing(paths: Sequence[str]) -> list[Path]:
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
-        raise UsageError(f"no such file or directory: {missing[0]}")
+        raise UsageError(f"no such file or directory: {missing[0]}; give an existing log path")
     return [Path(p) for p in paths]
 
 
@@ -141,7 +148,9 @@ def _load_rules(paths: list[str] | None) -> RuleSet:
     except RuleFileError as exc:
         for err in exc.errors:
             print(err, file=sys.stderr)
-        raise UsageError(f"{len(exc.errors)} error(s) in rule files; nothing was run") from None
+        raise UsageError(
+            f"{len(exc.errors)} error(s) in rule files, at the lines above; nothing was run"
+        ) from None
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -219,7 +228,9 @@ def _run_config(args: argparse.Namespace) -> Config:
     except ConfigError as exc:
         for err in exc.errors:
             print(err, file=sys.stderr)
-        raise UsageError(f"{len(exc.errors)} error(s) in the config; nothing was run") from None
+        raise UsageError(
+            f"{len(exc.errors)} error(s) in the config, at the lines above; nothing was run"
+        ) from None
     except FileNotFoundError:
         raise UsageError(f"no such config file: {args.config}") from None
     given = vars(args)
@@ -266,10 +277,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainsentry.service import Service, ServiceError
 
     config = _run_config(args)
+    _load_rules(list(config.rules))  # the same errors and summary line as replay, before any I/O
     paths = _existing([str(p) for p in config.watch] if not args.paths else args.paths)
     if not paths:
         paths = [Path(".")]
     state_dir = config.state_dir or default_state_dir()
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the state dir {state_dir}: {exc.strerror or exc}; "
+            "give a writable one with --state-dir (or state_dir in the config)"
+        ) from None
     alerts_jsonl = Path(args.alerts_jsonl) if args.alerts_jsonl else None
     try:
         service = Service(config, paths, state_dir, verbose=args.verbose, alerts_jsonl=alerts_jsonl)
@@ -285,7 +304,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         runs, alerts = fetch_status(args.address, os.environ.get("TRAINSENTRY_HTTP_TOKEN"))
     except StatusError as exc:
         raise UsageError(str(exc)) from None
-    print(render_status(runs, alerts, tty=sys.stdout.isatty()))
+    from trainsentry.http_api.status import loaded
+    from trainsentry.sinks import console
+
+    if console.is_rich(sys.stdout):
+        console.print_status(console.console_for(sys.stdout), *loaded(runs, alerts))
+    else:
+        print(render_status(runs, alerts))
     return 0
 
 
@@ -337,8 +362,18 @@ def _route_arguments(group: argparse._ActionsContainer, positional: bool = False
     )
 
 
+def _color_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="auto: tables and colour on a terminal, plain lines elsewhere (NO_COLOR: no "
+        "colour); never: plain lines on a terminal too; always: also when piped",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="trainsentry",
         description="Watches the logs of training jobs and alerts before a run is lost.",
     )
@@ -406,12 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write stop files under DIR/<run>/.trainsentry/ instead of the run directories",
     )
+    _color_argument(run)
     run.set_defaults(func=cmd_run)
 
     status = sub.add_parser("status", help="the running daemon's runs and firing alerts")
     status.add_argument(
         "--address", default="127.0.0.1:9465", metavar="HOST:PORT", help="its --http address"
     )
+    _color_argument(status)
     status.set_defaults(func=cmd_status)
 
     test = sub.add_parser("notify-test", help="send a sample alert through routes, report each")
@@ -437,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="with --report: also replay under this pack and compare it with --rules",
     )
+    _color_argument(replay)
     replay.set_defaults(func=cmd_replay)
 
     check = sub.add_parser("check", help="lint rule files: every error as file:line:col")
@@ -465,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--notify", action="append", metavar="URL", help="show where alerts would be sent"
     )
+    _color_argument(demo)
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -481,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("watchdog").setLevel(logging.WARNING)
+    from trainsentry.sinks import console  # rich itself is imported only when drawing
+
+    console.set_color(getattr(args, "color", "auto"))
     try:
         return int(args.func(args))
     except UsageError as exc:
@@ -491,3 +533,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C in a long replay or dump: no traceback
+        return 130

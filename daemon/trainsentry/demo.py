@@ -38,7 +38,7 @@ from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
 from trainsentry.runtime import Daemon
-from trainsentry.sinks.terminal import COLOURS, RESET
+from trainsentry.sinks import console
 from trainsentry.state import StateDB
 
 SECONDS_PER_STEP = 0.5  # the simulated job's pace, stamped on its events
@@ -116,7 +116,7 @@ class Narrator:
     def __init__(self, out: TextIO, started: float) -> None:
         self.out = out
         self.started = started
-        self.colour = out.isatty()
+        self.console = console.console_for(out) if console.is_rich(out) else None
         self.first_warning: Transition | None = None
         self.first_critical: Transition | None = None
         self.count = 0
@@ -124,10 +124,14 @@ class Narrator:
     def heartbeat(self, step: int, latest: dict[str, float]) -> None:
         values = "  ".join(f"{k} {v:.3g}" for k, v in latest.items())
         status = f"{self.count} alert transition(s) so far" if self.count else "no alerts"
-        self.out.write(
-            f"[{time.monotonic() - self.started:4.1f}s] step {step:>5}  {values}  ({status})\n"
-        )
+        self.line(f"[{time.monotonic() - self.started:4.1f}s] step {step:>5}  {values}  ({status})")
         self.out.flush()
+
+    def line(self, text: str) -> None:
+        if self.console is not None:  # wrapped at words, not mid-word by the terminal
+            console.print_text(self.console, text)
+        else:
+            self.out.write(text + "\n")
 
     def __call__(self, transitions: list[Transition]) -> None:
         for t in transitions:
@@ -136,16 +140,17 @@ class Narrator:
                 self.first_warning = t
             if t.state == "firing" and t.severity == "critical" and self.first_critical is None:
                 self.first_critical = t
+            elapsed = f"[{time.monotonic() - self.started:4.1f}s]"
+            if self.console is not None:  # as `trainsentry run` shows it on a terminal
+                self.console.print(console.transition_block(t, show_run=False, when=elapsed))
+                continue
             state = "ESCALATED" if t.escalated_from else t.state.upper()
             line = (
-                f"[{time.monotonic() - self.started:4.1f}s] step {t.step:>5}  {state:<9} "
+                f"{elapsed} step {t.step:>5}  {state:<9} "
                 f"{t.severity:<8} {t.rule} [{t.metric}]\n{'':>8}{t.message}"
             )
             if t.state == "firing" and t.runbook:
                 line += f"\n{'':>8}runbook: {t.runbook}"
-            if self.colour:
-                key = "resolved" if t.state == "resolved" else t.severity
-                line = COLOURS.get(key, "") + line + RESET
             self.out.write(line + "\n")
         self.out.flush()
 
@@ -225,9 +230,7 @@ def _summary(
     notify: list[str] | None,
     keep: Path | None,
 ) -> None:
-    def line(text: str) -> None:
-        out.write(text + "\n")
-
+    line = narrate.line
     line("")
     line("what happened:")
     for label, t in (("warning ", narrate.first_warning), ("critical", narrate.first_critical)):

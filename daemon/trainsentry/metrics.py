@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from trainsentry import __version__
-from trainsentry.http_api.view import DaemonView
+from trainsentry.http_api.view import DaemonSnapshot, DaemonView
 from trainsentry.watcher import inotify_watch_limit, inotify_watches
 
 __all__ = ["DaemonCollector", "inotify_watch_limit", "inotify_watches", "make_registry"]
@@ -67,6 +67,7 @@ class DaemonCollector(Collector):
         yield CounterMetricFamily(
             "trainsentry_cycles", "Main-loop cycles completed.", value=snap.cycles
         )
+        yield from _alert_state(snap)
         yield GaugeMetricFamily(
             "trainsentry_files_followed", "Log files being tailed.", value=snap.files_followed
         )
@@ -164,3 +165,37 @@ def make_registry(
     if process:
         ProcessCollector(registry=registry)
     return registry
+
+
+def _alert_state(snap: DaemonSnapshot) -> Iterator[Metric]:
+    """Saving the alert state (snapshot.py): a save that keeps failing (a full disk)
+    means the next crash relearns more, and `time() - saved_timestamp` says how much."""
+    yield CounterMetricFamily(
+        "trainsentry_points_relearned",
+        "Points read again after a restart to rebuild the alert state (told no one).",
+        value=snap.points_relearned,
+    )
+    yield CounterMetricFamily(
+        "trainsentry_alert_state_saves", "Alert-state snapshots written.", value=snap.state_saves
+    )
+    yield CounterMetricFamily(
+        "trainsentry_alert_state_save_failures",
+        "Alert-state snapshots that could not be written (each is logged).",
+        value=snap.state_save_failures,
+    )
+    if snap.state_saved_at is not None:
+        yield GaugeMetricFamily(
+            "trainsentry_alert_state_saved_timestamp_seconds",
+            "When the last alert-state snapshot was written (Unix time).",
+            value=snap.state_saved_at,
+        )
+    yield GaugeMetricFamily(
+        "trainsentry_alert_state_save_duration_seconds",
+        "How long writing the last alert-state snapshot took (the main loop waits for it).",
+        value=snap.state_save_seconds,
+    )
+    yield GaugeMetricFamily(
+        "trainsentry_alert_state_bytes",
+        "Size of the last alert-state snapshot.",
+        value=snap.state_bytes,
+    )

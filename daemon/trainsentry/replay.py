@@ -65,10 +65,20 @@ def replay(
     fmt: str = "jsonl",
     order: Literal["time", "input"] = "time",
 ) -> int:
-    """Print the transitions as JSON lines or a text timeline; returns how many."""
+    """Print the transitions as JSON lines or a text timeline; returns how many.
+
+    The text timeline is plain lines, except on a terminal, where console.py
+    groups it per run and ends with a table of the runs.
+    """
     if fmt not in ("jsonl", "text"):
         raise ValueError(f"unknown format {fmt!r}; expected jsonl or text")
     transitions = replay_transitions(points, rules, order=order)
+    if fmt == "text":
+        from trainsentry.sinks import console
+
+        if console.is_rich(out):
+            console.print_replay(console.console_for(out), transitions)
+            return len(transitions)
     for t in transitions:
         if fmt == "jsonl":
             out.write(json.dumps(t.as_dict(), ensure_ascii=False) + "\n")

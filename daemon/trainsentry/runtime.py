@@ -76,11 +76,20 @@ class Memory(Protocol):
         """Points delivered before the restart, read again to rebuild the state."""
         ...
 
+    def keep_only(self, runs: set[str]) -> None:
+        """After the first sweep: release the restored runs no file is followed for."""
+        ...
+
 
 @dataclass(slots=True)
 class Stats:
     points: int = 0
     relearned: int = 0  # points read again after a restart to rebuild the alert state
+    state_saves: int = 0  # alert-state snapshots written
+    state_save_failures: int = 0
+    state_saved_at: float | None = None  # time.time() of the last snapshot written
+    state_save_seconds: float = 0.0  # how long the last one took
+    state_bytes: int = 0  # its size
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
@@ -96,6 +105,7 @@ class Backfill:
     points: int
     seconds: float
     done: bool
+    stopped: bool = False  # the daemon stopped before it caught up; the rest is read next start
 
 
 class Daemon:
@@ -159,6 +169,8 @@ class Daemon:
         if self.poll is None:
             self._watcher.watch([r.top for r in self.roots])
         self.sweep()
+        if self._memory is not None:  # runs deleted, or no longer watched, while it was down
+            self._memory.keep_only({t.log.run for t in self._tails.values()})
 
     def run_forever(self) -> None:
         self.start()
@@ -169,6 +181,8 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
+        if self._backfill_start is not None:  # stopped mid-backfill: say so, not "caught up"
+            self._backfilled(None, 0, more=False, stopped=True)
         self._watcher.stop()
         self._save()
         self._snapshot()
@@ -332,7 +346,13 @@ class Daemon:
         touched: list[FileTail] = []
         gone: list[str] = []
         again: set[str] = set()
-        for key in sorted(keys):
+        # Files still relearning first: the restored state catches up on every file
+        # before new points of any run are judged, as they were seen live.
+        order = sorted(keys, key=lambda k: (not self._relearning(k), k))
+        for i, key in enumerate(order):
+            if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
+                again.update(order[i:])
+                break
             tail = self._tails.get(key)
             if tail is None:
                 continue
@@ -377,13 +397,19 @@ class Daemon:
             self._snapshot()
         return delivered
 
-    def _backfilled(self, key: str | None, points: int, *, more: bool) -> None:
+    def _relearning(self, key: str) -> bool:
+        tail = self._tails.get(key)
+        return tail is not None and tail.relearning
+
+    def _backfilled(
+        self, key: str | None, points: int, *, more: bool, stopped: bool = False
+    ) -> None:
         """Track the startup read; key None means the cycle left nothing unread: caught up."""
         assert self._backfill_start is not None
         self._backfill_points += points
         if key is not None and not more:
             self._caught_up.add(key)
-        done = key is None
+        done = key is None and not stopped
         if self.on_backfill is not None:
             self.on_backfill(
                 Backfill(
@@ -392,9 +418,10 @@ class Daemon:
                     points=self._backfill_points,
                     seconds=time.monotonic() - self._backfill_start,
                     done=done,
+                    stopped=stopped,
                 )
             )
-        if done:
+        if done or stopped:
             self._backfill_start = None
             self._caught_up.clear()
 
@@ -443,6 +470,10 @@ class Daemon:
                 self._memory.digest, blob, [t.position() for t in self._tails.values()]
             )
         except Exception as exc:  # a full disk must not stop reading; the next try may work
+            self.stats.state_save_failures += 1
             self._on_error(f"could not save the alert state: {exc}")
-        spent = time.monotonic() - began
+        else:
+            self.stats.state_saves += 1
+            self.stats.state_saved_at, self.stats.state_bytes = time.time(), len(blob)
+        spent = self.stats.state_save_seconds = time.monotonic() - began
         self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)

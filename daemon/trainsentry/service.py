@@ -13,9 +13,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from trainsentry import __version__, snapshot
 from trainsentry.alerts.notifier import Notifier
@@ -24,10 +22,11 @@ from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import runs_of_store
 from trainsentry.point import Point
+from trainsentry.progress import BackfillReporter
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
-from trainsentry.runtime import Backfill, Daemon
+from trainsentry.runtime import Daemon
 from trainsentry.shutdown import on_stop, signals_deferred
 from trainsentry.silence_clock import SilenceClock
 from trainsentry.sinks.terminal import AlertPrinter
@@ -43,75 +42,6 @@ HEARTBEAT_SECONDS = 5.0
 # The stuck-loop guard is generous: killing a healthy daemon in a long
 # backfill would be worse than restarting a hung one a minute late.
 STUCK_SECONDS = 300.0
-
-
-# Progress on a log (journal, file, pipe): a line every few seconds reads as
-# "alive and moving" without drowning the log of a long backfill.
-PROGRESS_LOG_SECONDS = 5.0
-# On a terminal the single line is redrawn this often at most.
-PROGRESS_TTY_SECONDS = 0.2
-
-
-def human_count(n: int) -> str:
-    """1234567 -> "1.2M": progress lines are read at a glance, not parsed."""
-    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
-        if n >= size:
-            return f"{n / size:.1f}{suffix}"
-    return str(n)
-
-
-class BackfillReporter:
-    """Shows the startup read of existing logs: how many files, points, seconds.
-
-    On a terminal one line is redrawn in place (a carriage return, no
-    dependency); elsewhere — a journal, a file — a plain line every few
-    seconds. Both end with "caught up", from which point alerts are live.
-    """
-
-    def __init__(
-        self,
-        out: TextIO | None = None,
-        *,
-        every: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._out = out = out if out is not None else sys.stderr
-        self._tty = out.isatty()
-        if every is None:
-            every = PROGRESS_TTY_SECONDS if self._tty else PROGRESS_LOG_SECONDS
-        self._every = every
-        self._clock = clock
-        self._next = clock() + every
-        self._drawn = 0  # width of the line on the terminal, to blank it out
-
-    def __call__(self, b: Backfill) -> None:
-        if b.done:
-            self._write(
-                f"caught up: {b.files_total} files, {human_count(b.points)} points "
-                f"in {b.seconds:.1f} s",
-                final=True,
-            )
-            return
-        now = self._clock()
-        if now < self._next:
-            return
-        self._next = now + self._every
-        self._write(
-            f"backfill: {b.files_done}/{b.files_total} files, {human_count(b.points)} points, "
-            f"{b.seconds:.1f} s",
-            final=False,
-        )
-
-    def _write(self, text: str, *, final: bool) -> None:
-        line = f"trainsentry: {text}"
-        with signals_deferred():
-            if self._tty:
-                pad = " " * max(0, self._drawn - len(line))
-                self._out.write("\r" + line + pad + ("\n" if final else ""))
-                self._drawn = 0 if final else len(line)
-            else:
-                self._out.write(line + "\n")
-            self._out.flush()
 
 
 class ServiceError(Exception):
@@ -183,7 +113,13 @@ class Service:
     # -- the pipeline ---------------------------------------------------------
 
     def _deliver(self, transitions: list[Transition]) -> None:
-        self.printer(transitions)
+        book = self.notifier.book
+        told = frozenset(
+            t.key
+            for t in transitions
+            if t.state == "resolved" and (entry := book.get(t.key)) is not None and entry.shown
+        )
+        self.printer(transitions, told)
         self.notifier.submit(transitions)
 
     def _evaluate(self, points: list[Point]) -> None:
@@ -209,6 +145,10 @@ class Service:
     def relearn(self, points: list[Point]) -> None:
         self.store.extend(points)
         self.notifier.submit(self.engine.feed_all(points), relearned=True)
+
+    def keep_only(self, runs: set[str]) -> None:
+        for run in set(self.engine.runs()) - runs:
+            self._deliver(self.engine.finish(run, "no longer watched"))
 
     def _print_points(self, points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)

@@ -171,16 +171,6 @@ class HeldState(StateDB):
         self._held = {}
         self.trouble.worked()
 
-    def save_snapshot(self, digest: str, blob: bytes, positions: Iterable[Checkpoint]) -> None:
-        """Not held: the next snapshot replaces it whole; the offsets are what must not be lost."""
-        try:
-            super().save_snapshot(digest, blob, positions)
-        except (sqlite3.OperationalError, OSError) as exc:
-            if not is_unwritable(exc):
-                raise
-            rollback(self._db)
-            self.trouble.failed(exc)
-
     def forget_offsets(self, paths: Iterable[str]) -> None:
         paths = list(paths)
         for p in paths:

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from trainsentry_probe.attach import eager
+
 log = logging.getLogger("trainsentry_probe")
 
 RELU_LIKE = (nn.ReLU, nn.ReLU6)
@@ -141,7 +143,7 @@ class ActivationSampler:
             if name in self._broken:
                 continue
             hook = self._hook(name)
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(eager(hook), with_kwargs=True))
 
     def disarm(self) -> list[tuple[str, torch.Tensor]]:
         """Removes the hooks; the statistics collected since `arm`, as (tag, 0-d tensor)."""

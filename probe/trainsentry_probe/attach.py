@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import torch
+from torch import nn
 
 log = logging.getLogger("trainsentry_probe")
 
@@ -44,6 +45,37 @@ def guarded(method: F) -> F:
             return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def eager(hook: F) -> F:
+    """A module hook that torch.compile runs as Python, outside the graph.
+
+    Dynamo otherwise traces module hooks into the compiled graph: the probe's
+    clocks and flags would be read once at compile time, and a hook added
+    later (the activation sampler arms on sampled steps only) would never run,
+    since dynamo does not guard on module hooks. A disabled hook is a graph
+    break where it is called (at the model's edges for the step hooks; inside
+    the model only while sampling) and costs ~0.5 µs per call when eager.
+    """
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return disable(hook) if disable is not None else hook
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's module inside torch.compile's OptimizedModule (`_orig_mod`) and
+    DDP/DataParallel (`module`): layers are named as the user named them, not
+    `_orig_mod.module.fc1`."""
+    seen = 0
+    while seen < 5:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and isinstance(
+            model, (nn.parallel.DistributedDataParallel, nn.DataParallel)
+        ):
+            inner = model.module
+        if not isinstance(inner, nn.Module):
+            return model
+        model, seen = inner, seen + 1
+    return model
 
 
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:

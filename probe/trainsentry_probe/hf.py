@@ -58,6 +58,7 @@ class TrainsentryCallback(TrainerCallback):
                 "weight_decay": args.weight_decay,
             },
         )
+        options.setdefault("grad_scaler", getattr(optimizer, "scaler", None))  # accelerate, fp16
         self.probe = watch(model, optimizer, str(logdir), **options)
 
     def on_step_begin(

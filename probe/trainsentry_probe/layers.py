@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from trainsentry_probe.attach import eager
+
 
 class LayerMap:
     """Parameters of a model grouped into layers, with their forward order."""
@@ -64,7 +66,9 @@ class LayerMap:
         for module in model.modules():
             layer = self._module_layer.get(id(module))
             if layer is not None:
-                self._handles.append(module.register_forward_pre_hook(self._seen_hook(layer)))
+                self._handles.append(
+                    module.register_forward_pre_hook(eager(self._seen_hook(layer)))
+                )
 
     def _seen_hook(self, layer: int) -> Callable[[nn.Module, tuple[object, ...]], None]:
         def hook(module: nn.Module, args: tuple[object, ...]) -> None:

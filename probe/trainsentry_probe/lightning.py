@@ -56,6 +56,7 @@ class TrainsentryCallback(Callback):
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         options = dict(self.options)
         options.setdefault("start_step", trainer.global_step)
+        options.setdefault("grad_scaler", getattr(trainer, "scaler", None))  # "16-mixed"
         hparams = getattr(pl_module, "hparams", None)
         if hparams:
             options.setdefault("hparams", dict(hparams))

@@ -25,8 +25,8 @@ class ProbeOptions:
     layer_every: int = 100
     # tier 3: activations, attention entropy, embedding norms, per-sample loss spread
     sample_every: int = 1000
-    # device→host: steps kept on the device before one batched transfer (None: 1 on
-    # the CPU, where a transfer is free, else 20), and the longest a record may wait
+    # device→host: steps kept on the device before one batched transfer (None: 20),
+    # and the longest a record may wait
     transfer_every: int | None = None
     transfer_seconds: float = 10.0
     # the copy of the weights before a layer step that update ratios need (memory: one model)

@@ -8,7 +8,9 @@ Where each statistic is taken, and why there:
 - its forward hook captures the loss when the model returns one (HF models,
   many Lightning modules) and disarms the activation hooks;
 - gradient norms are taken when backward ends (a hook on the model's output
-  queues a callback on the autograd engine, as DDP does): gradients are
+  queues a callback on the autograd engine; in a distributed job it queues
+  itself once more, so it runs after DDP's own end-of-backward callback has
+  written the averaged gradients): gradients are
   complete and still *before clipping*, so an explosion that
   clip_grad_norm_ hides from the optimizer is still visible, and the total
   equals what clip_grad_norm_ returns (HF's and Lightning's logged norm).
@@ -27,6 +29,8 @@ begins, so `probe.record(loss=loss)` may come before or after
 
 The probe must never break training: every hook body is guarded, and a
 failure logs once, removes all hooks and leaves the loop running unobserved.
+Module hooks run outside torch.compile's graphs (attach.eager). What a step's
+row holds is steps.py's business; this module only wires the hooks.
 """
 
 from __future__ import annotations
@@ -42,15 +46,23 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from trainsentry_probe import gradients
 from trainsentry_probe.activations import ActivationSampler
-from trainsentry_probe.attach import batch_size, first_grad_tensor, guarded, unwrap_optimizer
-from trainsentry_probe.gpu import NvmlSampler, cuda_memory
+from trainsentry_probe.amp import ScalerWatch
+from trainsentry_probe.attach import (
+    batch_size,
+    eager,
+    first_grad_tensor,
+    guarded,
+    unwrap_model,
+    unwrap_optimizer,
+)
+from trainsentry_probe.gpu import NvmlSampler
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.losses import as_value, loss_of, spread
 from trainsentry_probe.meta import meta_record, new_run_id, rank_and_world_size
 from trainsentry_probe.options import ProbeOptions, due
 from trainsentry_probe.records import RecordRenderer
+from trainsentry_probe.steps import Steps
 from trainsentry_probe.stopfile import (
     StopRequest,
     StopWatch,
@@ -58,7 +70,7 @@ from trainsentry_probe.stopfile import (
     agree_across_ranks,
     stop_file_path,
 )
-from trainsentry_probe.transfer import Row, Transfer
+from trainsentry_probe.transfer import Transfer
 from trainsentry_probe.writer import RecordWriter
 
 log = logging.getLogger("trainsentry_probe")
@@ -83,33 +95,21 @@ class Probe:
         stop_path = stop_file_path(self.logdir, options.control_dir, options.stop_file)
         self._stop = StopWatch(stop_path, options.stop_every, started=time.time())
         self._handles: list[RemovableHandle] = []
-        self.step = options.start_step  # the number the current (or next) step gets
         self.path = self.logdir / f"trainsentry-probe.rank{self.rank}.jsonl"
+        self._start_step = options.start_step
         if not self.recording:
             return
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
-        first = next(model.parameters(), None)
+        inner = unwrap_model(model)  # names and inner hooks; the step hooks sit on `model`
+        first = next(inner.parameters(), None)
         self.device = first.device if first is not None else torch.device("cpu")
-        self.layers = LayerMap(model)
+        self.layers = LayerMap(inner)
         self.sampler = (
-            ActivationSampler(model) if options.activations and options.sample_every else None
+            ActivationSampler(inner) if options.activations and options.sample_every else None
         )
-        every = options.transfer_every or (1 if self.device.type == "cpu" else 20)
-        self._transfer = Transfer(self.device, every, options.transfer_seconds)
-        self._open: Row | None = None  # the step in progress
-        self._last: Row | None = None  # the step just ended, open for late values
-        self._in_step = False
-        self._t_begin: float | None = None
-        self._t_end: float | None = None
-        self._grads_taken = False
-        self._snapshot: gradients.Snapshot | None = None
-        self._batch = 0
-        self._sample_requested = False
-        self._order_pending = True
-        prefix = "probe" if self.rank == 0 else f"rank{self.rank}/probe"
-        renderer = RecordRenderer(self.layers, prefix)
-        self._prefix = prefix
+        every = options.transfer_every or 20
+        self._prefix = "probe" if self.rank == 0 else f"rank{self.rank}/probe"
         meta = functools.partial(
             meta_record,
             run_id=options.run_id or new_run_id(),
@@ -122,11 +122,27 @@ class Probe:
             options=options.as_dict(),
             layers=list(self.layers.names),
         )
-        self._writer = RecordWriter(self.path, meta, renderer.render)
-        self.layers.learn_order(model)
+        self._writer = RecordWriter(
+            self.path, meta, RecordRenderer(self.layers, self._prefix).render
+        )
+        self.amp = ScalerWatch(options.grad_scaler)
+        dist = torch.distributed
+        distributed = dist.is_available() and dist.is_initialized()
+        # DDP writes the averaged gradients in an end-of-backward callback of its own
+        self._backward_end = self._requeue if distributed else self._on_backward_end
+        self.steps = Steps(
+            options,
+            self.layers,
+            self.sampler,
+            self.amp,
+            Transfer(self.device, every, options.transfer_seconds),
+            self._writer,
+            self.device,
+        )
+        self.layers.learn_order(inner)
         self._handles += [
-            model.register_forward_pre_hook(self._on_forward_pre, with_kwargs=True),
-            model.register_forward_hook(self._on_forward, with_kwargs=True),
+            model.register_forward_pre_hook(eager(self._on_forward_pre), with_kwargs=True),
+            model.register_forward_hook(eager(self._on_forward), with_kwargs=True),
         ]
         if self.optimizer is not None:
             self._handles += [
@@ -136,6 +152,11 @@ class Probe:
         self._nvml = NvmlSampler.start_for(self.device, options.gpu_sample_seconds, self._emit_gpu)
         atexit.register(self.close)
 
+    @property
+    def step(self) -> int:
+        """The number the current (or next) step gets."""
+        return self.steps.step if self.recording else self._start_step
+
     # --- hooks ---------------------------------------------------------------
 
     @guarded
@@ -144,9 +165,10 @@ class Probe:
     ) -> None:
         if not module.training or not torch.is_grad_enabled():
             return
-        if not self._in_step:
-            self._begin(time.perf_counter())
-        self._batch += batch_size(args, kwargs)
+        self.steps.close_skipped(self.optimizer)
+        if not self.steps.in_step:
+            self.steps.begin(time.perf_counter())
+        self.steps.forward_seen(batch_size(args, kwargs))
 
     @guarded
     def _on_forward(
@@ -154,7 +176,8 @@ class Probe:
     ) -> None:
         if not module.training or not torch.is_grad_enabled():
             return
-        row = self._current()
+        row = self.steps.current()
+        self.amp.mark()
         if self.sampler is not None and self.sampler.armed:
             for name, value in self.sampler.disarm():
                 row.put(f"act:{name}", value)
@@ -169,112 +192,38 @@ class Probe:
         """A tensor hook (returns None: the gradient passes unchanged)."""
         if self.failed is None and not self.closed:
             engine = torch.autograd.Variable._execution_engine
-            engine.queue_callback(self._on_backward_end)
+            engine.queue_callback(self._backward_end)
+
+    def _requeue(self) -> None:
+        """Runs as backward ends; goes to the back of the queue once more, behind the
+        callbacks queued during backward (DDP's, which writes the averaged gradients)."""
+        if self.failed is None and not self.closed:
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
 
     @guarded
     def _on_backward_end(self) -> None:
-        if self._in_step and self._open is not None:
-            self._take_gradients(self._open, scaled=True)
+        if self.steps.in_step and self.steps.open is not None:
+            self.amp.mark()
+            self.steps.take_gradients(self.steps.open, self.optimizer)
 
     @guarded
     def _on_step_pre(
         self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        row = self._current()
-        if due(row.step, self.options.layer_every) and self.options.update_ratio:
-            self._snapshot = gradients.snapshot(self.layers, self.options.update_sample)
+        row = self.steps.current()
+        self.steps.before_optimizer_step(row)
         closure = args[0] if args else kwargs.get("closure")
-        if closure is None and not self._grads_taken:
-            self._take_gradients(row)
+        if closure is None and not self.steps.grads_taken:
+            self.steps.take_gradients(row, optimizer)
 
     @guarded
     def _on_step_post(
         self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        row = self._current()
-        if not self._grads_taken:
-            self._take_gradients(row)
-        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
-        self._end(row, lr)
-
-    # --- steps ---------------------------------------------------------------
-
-    def _current(self) -> Row:
-        """The row of the step in progress, opening one if no forward was seen."""
-        if not self._in_step:
-            self._begin(None)
-        assert self._open is not None
-        return self._open
-
-    def _begin(self, now: float | None) -> None:
-        self._seal_last()
-        row = Row(step=self.step)
-        if now is not None and self._t_end is not None and due(row.step, self.options.every):
-            row.host["data_wait"] = now - self._t_end
-        self._t_begin = now
-        self._open, self._in_step = row, True
-        if due(row.step, self.options.sample_every) or self._sample_requested:
-            self._sample_requested = False
-            row.host["sampled"] = True
-            if self.sampler is not None:
-                self.sampler.arm()
-
-    def _take_gradients(self, row: Row, scaled: bool = False) -> None:
-        self._grads_taken = True
-        layer_step = due(row.step, self.options.layer_every)
-        if not (due(row.step, self.options.every) or layer_step):
-            return
-        if self._order_pending:
-            self._order_pending = False
-            self.layers.order_learned()
-        stats = gradients.gradient_step(self.layers, self.device)
-        if stats is None:
-            return
-        scaler = self.options.grad_scaler
-        scale = getattr(scaler, "_scale", None) if scaled and scaler is not None else None
-        if isinstance(scale, torch.Tensor) and scaler.is_enabled():
-            stats.per_param = stats.per_param / scale.to(stats.per_param.device)  # still async
-        row.replace("grad_params", stats.per_param)
-        row.host["grad_indices"] = stats.indices
-        row.host["layer_step"] = layer_step
-
-    def _end(self, row: Row, lr: Any) -> None:
-        """Closes a step: weight statistics, timing; the row stays open for late values."""
-        options = self.options
-        if self._snapshot is not None:
-            row.put("update", gradients.update_norms(self.layers, self._snapshot, self.device))
-            row.host["update_indices"] = self._snapshot.indices
-            self._snapshot = None
-        if due(row.step, options.layer_every):
-            row.put("param_norms", gradients.param_norms(self.layers, self.device))
-            row.host.update(cuda_memory(self.device))
-        if self.sampler is not None and row.host.get("sampled"):
-            for name, value in self.sampler.disarm() + self.sampler.embedding_stats():
-                row.put(f"act:{name}", value)
-        now = time.perf_counter()
-        if due(row.step, options.every):
-            start = self._t_end if self._t_end is not None else self._t_begin
-            if start is not None and now > start:
-                row.host["step_time"] = now - start
-                if self._batch:
-                    row.host["samples_per_second"] = self._batch / (now - start)
-            if isinstance(lr, torch.Tensor):
-                row.put("lr", lr)
-            elif isinstance(lr, (int, float)):
-                row.host["lr"] = float(lr)
-        row.time = time.time()
-        self._t_end = now
-        self._batch = 0
-        self._grads_taken = False
-        self._last, self._open, self._in_step = row, None, False
-        self.step += 1
-
-    def _seal_last(self) -> None:
-        if self._last is not None:
-            row, self._last = self._last, None
-            batch = self._transfer.add(row)
-            if batch is not None:
-                self._writer.put(batch)
+        row = self.steps.current()
+        if not self.steps.grads_taken:
+            self.steps.take_gradients(row, optimizer)
+        self.steps.after_optimizer_step(row, optimizer)
 
     def _emit_gpu(self, values: dict[str, float]) -> None:
         """From the NVML thread: a record of its own, at the latest step."""
@@ -327,11 +276,10 @@ class Probe:
         per_sample_loss: torch.Tensor | None,
         scalars: dict[str, Any],
     ) -> None:
-        standalone = self.optimizer is None
-        row = self._open if self._in_step else (self._last or self._current())
-        assert row is not None
+        steps = self.steps
+        row = steps.late()
         if step is not None and step != row.step:
-            self.step += step - row.step
+            steps.step += step - row.step
             row.step = step
         value = as_value(loss)
         if value is not None and due(row.step, self.options.every):
@@ -346,11 +294,11 @@ class Probe:
                 row.put(f"x:{name}", got)
             elif got is not None:
                 row.host.setdefault("extra", {})[name] = got
-        if standalone:
-            if row is self._open:
-                self._take_gradients(row)
-                self._end(row, None)
-            self._seal_last()
+        if self.optimizer is None:  # standalone: this call is the step boundary
+            if row is steps.open:
+                steps.take_gradients(row, None)
+                steps.end(row, None)
+            steps.seal_last()
 
     def begin_step(self) -> None:
         """Marks the start of a step (data wait ends here), for trainers whose
@@ -361,8 +309,9 @@ class Probe:
 
     @guarded
     def _begin_now(self) -> None:
-        if not self._in_step:
-            self._begin(time.perf_counter())
+        self.steps.close_skipped(self.optimizer)
+        if not self.steps.in_step:
+            self.steps.begin(time.perf_counter())
 
     def before_backward(self, loss: torch.Tensor) -> None:
         """Takes gradient statistics when the backward of `loss` ends (before any
@@ -374,14 +323,13 @@ class Probe:
     def sample_next(self) -> None:
         """Takes activation (and per-sample loss) statistics on the next step too,
         whatever the cadence: for per-epoch sampling."""
-        self._sample_requested = True
+        if self.recording:
+            self.steps.sample_requested = True
 
     def flush(self) -> None:
         """Sends every sealed step to the writer (the open one stays open)."""
         if self.recording and not self.closed:
-            batch = self._transfer.send()
-            if batch is not None:
-                self._writer.put(batch)
+            self.steps.flush()
 
     def should_stop(self, raise_error: bool | None = None) -> bool:
         """Whether the daemon asked this run to stop (see stopfile.py).
@@ -422,13 +370,9 @@ class Probe:
         try:
             if self._nvml is not None:
                 self._nvml.stop()
-            if self._in_step and self._open is not None:
-                self._seal_last()
-                self._last, self._open = self._open, None
-            self._seal_last()
-            batch = self._transfer.send()
-            if batch is not None:
-                self._writer.put(batch)
+            if self.failed is None and self.optimizer is not None:
+                self.steps.close_skipped(self.optimizer)
+            self.steps.finish()
         except Exception as exc:
             log.warning("trainsentry probe: records lost at close: %r", exc)
         self._writer.close()

@@ -53,6 +53,7 @@ class RecordRenderer:
     def __init__(self, layers: LayerMap, prefix: str) -> None:
         self.layers = layers
         self.prefix = prefix
+        self.skipped_steps = 0  # counted here: a fused optimizer's flag arrives as a value
 
     def render(self, row: Row, values: dict[str, list[float]]) -> dict[str, Any]:
         p = self.prefix
@@ -64,11 +65,21 @@ class RecordRenderer:
             record[f"{p}/loss"] = values["loss"][0]
         if "lr" in values:
             record[f"{p}/lr"] = values["lr"][0]
+        skipped = bool(row.host.get("skipped")) or values.get("found_inf", [0.0])[0] > 0
+        if row.host.get("amp"):
+            self.skipped_steps += skipped
+            record[f"{p}/amp_skipped"] = int(skipped)
+            record[f"{p}/amp_skipped_steps"] = self.skipped_steps
+        if "grad_scale" in values:
+            record[f"{p}/grad_scale"] = values["grad_scale"][0]
         if "grad_params" in values:
             indices, per_param = row.host["grad_indices"], values["grad_params"]
-            record[f"{p}/grad_norm"] = math.sqrt(sum(n * n for n in per_param))
             bad = sum(1 for n in per_param if not math.isfinite(n))
             record[f"{p}/nonfinite_grads"] = bad
+        if skipped:  # an overflow the scaler caught and never applied (amp.py): no norms
+            values = {k: v for k, v in values.items() if k not in ("grad_params", "update")}
+        if "grad_params" in values:
+            record[f"{p}/grad_norm"] = math.sqrt(sum(n * n for n in per_param))
             if bad:
                 record[f"{p}/first_nonfinite"] = self.layers.first_nonfinite(indices, per_param)
         if "grad_params" in values and row.host.get("layer_step"):

@@ -11,7 +11,10 @@ waits on the event, the training loop never does.
 The trade-off is latency: with transfer_every=20 at 0.5 s/step the daemon sees
 a step up to ~10 s late (bounded by transfer_seconds), against one copy per
 20 steps. Alerts are about trends over tens of steps, so this costs nothing
-that matters; on the CPU a copy is free and every step is sent at once.
+that matters. On the CPU the copy itself is free, but handing each step to the
+writer thread is not (~50 µs a step, measured in bench/probe_overhead.py: the
+concatenation, the queue, the writer waking for the GIL), so rows are batched
+there too.
 """
 
 from __future__ import annotations

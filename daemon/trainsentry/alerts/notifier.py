@@ -224,7 +224,9 @@ class Notifier:
 
     def _resolved(self, t: Transition, shown: bool, entries: list[Entry]) -> None:
         entry = self.book.resolve(t.key)
-        if entry is None or not entry.shown or not shown:
+        # A firing someone was told of gets its resolve, however old its data: the
+        # horizon keeps history from paging, not a told alert from ending.
+        if entry is None or not entry.shown:
             return
         now = self._clock()
         alert = t.as_dict()

@@ -182,7 +182,8 @@ class ApiServer:
             self._httpd = server_class((bind_host, port), _Handler)
         except OSError as exc:
             raise HttpApiError(
-                f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}"
+                f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}; is another "
+                "trainsentry running? Give a free HOST:PORT (--http, http.address) or --http off"
             ) from None
         self._httpd.view = view
         self._httpd.token = token or None

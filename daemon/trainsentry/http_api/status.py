@@ -7,8 +7,8 @@ cannot read, and the same command works against a daemon in a container or
 on another node.
 
 Rendering is a pure function of the two JSON documents, so it is tested
-without a daemon; colour only on a terminal, so the output pipes cleanly
-into grep and scripts.
+without a daemon; plain lines here pipe cleanly into grep and scripts, and
+a terminal gets the rich table of sinks/console.py.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from trainsentry.http_api.server import DEFAULT_HOST, DEFAULT_PORT
-
-_RED, _YELLOW, _BOLD, _DIM, _RESET = "\033[31m", "\033[33m", "\033[1m", "\033[2m", "\033[0m"
-_SEVERITY_COLOUR = {"critical": _RED, "warning": _YELLOW}
 
 
 class StatusError(Exception):
@@ -93,36 +91,36 @@ def format_age(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def _loaded(doc: Any, key: str) -> list[dict[str, Any]]:
-    if isinstance(doc, (str, bytes)):
-        doc = json.loads(doc)
-    items = doc.get(key, []) if isinstance(doc, dict) else doc
-    return [x for x in items or [] if isinstance(x, dict)]
+def loaded(
+    api_runs_json: Any, api_alerts_json: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs (sorted by name) and alerts of the documents as served, as text or parsed."""
+
+    def items(doc: Any, key: str) -> list[dict[str, Any]]:
+        if isinstance(doc, (str, bytes)):
+            doc = json.loads(doc)
+        found = doc.get(key, []) if isinstance(doc, dict) else doc
+        return [x for x in found or [] if isinstance(x, dict)]
+
+    runs = sorted(items(api_runs_json, "runs"), key=lambda r: str(r.get("run")))
+    return runs, items(api_alerts_json, "alerts")
 
 
-def _paint(text: str, colour: str, tty: bool) -> str:
-    return f"{colour}{text}{_RESET}" if tty and colour else text
+def summary_line(runs: Sequence[dict[str, Any]], alerts: Sequence[dict[str, Any]]) -> str:
+    critical = sum(1 for a in alerts if a.get("severity") == "critical")
+    summary = f"{len(runs)} run{'s' * (len(runs) != 1)}, {len(alerts)} firing"
+    if alerts:
+        summary += f" ({critical} critical, {len(alerts) - critical} warning)"
+    return summary
 
 
-def _clip(text: str, width: int | None) -> str:
-    if width is None or len(text) <= width:
-        return text
-    return text[: max(1, width - 1)] + "…"
+def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
+    """The runs table and the firing alerts' messages, as plain lines for pipes and scripts.
 
-
-def render_status(
-    api_runs_json: Any, api_alerts_json: Any, *, tty: bool, width: int | None = None
-) -> str:
-    """The runs table and the firing alerts' messages.
-
-    Accepts the documents as served (`{"runs": [...]}`, `{"alerts": [...]}`),
-    as text or parsed. One row per run, sorted by name; a run with several
-    firing alerts gets one extra line per alert. On a terminal, severities are
-    coloured and alert lines are clipped to `width`.
+    One row per run, sorted by name; a run with several firing alerts gets one
+    extra line per alert. (On a terminal, sinks/console.py draws the same.)
     """
-    runs = sorted(_loaded(api_runs_json, "runs"), key=lambda r: str(r.get("run")))
-    alerts = _loaded(api_alerts_json, "alerts")
-    clip = width if tty else None
+    runs, alerts = loaded(api_runs_json, api_alerts_json)
     rows: list[tuple[str, str, str, str, str]] = []  # run, step, age, severity, what
     for r in runs:
         step = "-" if r.get("last_step") is None else str(r["last_step"])
@@ -138,32 +136,15 @@ def render_status(
     w_run = max([len(header[0])] + [len(row[0]) for row in rows])
     w_step = max([len(header[1])] + [len(row[1]) for row in rows])
     w_age = max([len(header[2])] + [len(row[2]) for row in rows])
-    lines = [
-        _paint(
-            f"{header[0]:<{w_run}}  {header[1]:>{w_step}}  {header[2]:>{w_age}}  {header[3]}",
-            _BOLD,
-            tty,
-        )
-    ]
+    lines = [f"{header[0]:<{w_run}}  {header[1]:>{w_step}}  {header[2]:>{w_age}}  {header[3]}"]
     for run, step, age, severity, what in rows:
-        prefix = f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  "
         rest = f"{severity} {what}" if severity else what
-        room = None if clip is None else max(10, clip - len(prefix))
-        rest = _clip(rest, room)
-        if severity:
-            rest = _paint(severity, _SEVERITY_COLOUR.get(severity, ""), tty) + rest[len(severity) :]
-        lines.append(prefix + rest)
-    critical = sum(1 for a in alerts if a.get("severity") == "critical")
-    summary = f"{len(runs)} run{'s' * (len(runs) != 1)}, {len(alerts)} firing"
-    if alerts:
-        summary += f" ({critical} critical, {len(alerts) - critical} warning)"
-    lines.append(_paint(summary, _DIM, tty))
+        lines.append(f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  {rest}")
+    lines.append(summary_line(runs, alerts))
     if alerts:
         lines.append("")
         for a in alerts:
             severity = str(a.get("severity", ""))
             message = " ".join(str(a.get("message", "")).split())
-            text = _clip(f"{severity:<8}  {a.get('run')}  {a.get('rule')}: {message}", clip)
-            coloured = _paint(severity, _SEVERITY_COLOUR.get(severity, ""), tty)
-            lines.append(coloured + text[len(severity) :])
+            lines.append(f"{severity:<8}  {a.get('run')}  {a.get('rule')}: {message}")
     return "\n".join(lines) + "\n"

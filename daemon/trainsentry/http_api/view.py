@@ -49,6 +49,12 @@ class DaemonSnapshot:
     rules_loaded: int = 0
     rule_evaluations: int | None = None  # None: the engine does not count them
     directories_seen: int | None = None  # None: unknown (compare with inotify watches)
+    points_relearned: int = 0
+    state_saves: int = 0
+    state_save_failures: int = 0
+    state_saved_at: float | None = None
+    state_save_seconds: float = 0.0
+    state_bytes: int = 0
     runs: tuple[RunStatus, ...] = ()
     alerts: tuple[Transition, ...] = field(default=())  # firing now, as Engine.firing() reads
 
@@ -74,6 +80,12 @@ class DaemonSnapshot:
             rules_loaded=rules_loaded,
             rule_evaluations=rule_evaluations,
             directories_seen=directories_seen,
+            points_relearned=int(getattr(stats, "relearned", 0)),
+            state_saves=int(getattr(stats, "state_saves", 0)),
+            state_save_failures=int(getattr(stats, "state_save_failures", 0)),
+            state_saved_at=getattr(stats, "state_saved_at", None),
+            state_save_seconds=float(getattr(stats, "state_save_seconds", 0.0)),
+            state_bytes=int(getattr(stats, "state_bytes", 0)),
             runs=tuple(runs),
             alerts=tuple(firing),
         )

@@ -299,6 +299,9 @@ class Engine:
             out.extend(self.finish(run_id, reason))
         return out
 
+    def runs(self) -> list[str]:
+        return list(self._runs)
+
     def firing(self) -> list[Transition]:
         """The alerts shown as firing now, as their latest firing transition would read."""
         return [

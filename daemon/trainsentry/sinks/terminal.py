@@ -1,10 +1,14 @@
 """Alert transitions for a person watching the terminal, and for a file other tools tail.
 
+On a terminal the alerts are drawn by console.py (coloured by severity,
+resolves dimmed); anywhere else they are the plain `replay` timeline lines.
+
 Both skip history: when the daemon starts on a directory of old runs, it must
 evaluate them to know their state, but telling someone that a run finished
 last month had a loss spike is noise. Transitions older than the horizon
 (measured from the daemon's start, on the data's own wall time) are counted,
-not shown.
+not shown — except the resolves of alerts whose firing was shown (`told`),
+perhaps by the daemon's previous life: a firing line is always ended.
 
 A full disk under the JSONL file must not stop the terminal lines: a failed
 append is said once (and its recovery once), the lines of that batch are
@@ -21,9 +25,7 @@ from typing import TextIO
 from trainsentry.replay import format_text
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.shutdown import signals_deferred
-
-COLOURS = {"critical": "\033[1;31m", "warning": "\033[33m", "resolved": "\033[32m"}
-RESET = "\033[0m"
+from trainsentry.sinks import console
 
 
 class AlertPrinter:
@@ -37,32 +39,33 @@ class AlertPrinter:
         self.since = since
         self.hidden = 0
         self._out = out
-        self._colour = out.isatty()
+        self._rich = console.console_for(out) if console.is_rich(out) else None
         self._jsonl_path = jsonl_path
         # unbuffered: a failed write leaves nothing in a buffer to be written twice later
         self._jsonl = jsonl_path.open("ab", buffering=0) if jsonl_path else None
         self.jsonl_lost = 0  # transitions not appended since appends last worked
 
-    def __call__(self, transitions: list[Transition]) -> None:
-        if transitions:
-            with signals_deferred():
-                self._write(transitions)
-
-    def _write(self, transitions: list[Transition]) -> None:
-        records: list[str] = []
-        for t in transitions:
-            if t.wall_time < self.since:  # NaN (no time) is shown
-                self.hidden += 1
-                continue
-            line = format_text(t)
-            if self._colour:
-                key = "resolved" if t.state == "resolved" else t.severity
-                line = COLOURS.get(key, "") + line + RESET
-            self._out.write(line + "\n")
-            records.append(json.dumps(t.as_dict(), ensure_ascii=False) + "\n")
-        self._out.flush()
-        if self._jsonl is not None and records:
-            self._append("".join(records).encode(), len(records))
+    def __call__(
+        self, transitions: list[Transition], told: frozenset[tuple[str, str, str]] = frozenset()
+    ) -> None:
+        """`told`: keys of alerts shown firing, whose resolves are shown however old."""
+        shown = [
+            t
+            for t in transitions
+            if not t.wall_time < self.since or (t.state == "resolved" and t.key in told)
+        ]  # NaN (no time) is shown
+        self.hidden += len(transitions) - len(shown)
+        if not shown:
+            return
+        with signals_deferred():
+            if self._rich is not None:
+                console.print_alerts(self._rich, shown)
+            else:
+                self._out.write("".join(format_text(t) + "\n" for t in shown))
+                self._out.flush()
+            if self._jsonl is not None:
+                text = "".join(json.dumps(t.as_dict(), ensure_ascii=False) + "\n" for t in shown)
+                self._append(text.encode(), len(shown))
 
     def _append(self, data: bytes, count: int) -> None:
         assert self._jsonl is not None

@@ -78,7 +78,8 @@ class FileTail:
         relearn_from: Checkpoint | None = None,
     ) -> None:
         """Resume at `checkpoint`; or, with `relearn_from` (an earlier checkpoint of
-        the same file, or one at offset 0), re-read from there up to it first.
+        the same file, or one at offset 0), re-read from there up to it first; the
+        read that finishes relearning stops there (`more` if new data follows).
 
         The caller checks that `checkpoint` still holds (`still_valid`): a file
         rewritten since holds new points that must not pass as replayed.
@@ -281,7 +282,11 @@ class FileTail:
             self._behind = (self._behind + last)[-FINGERPRINT_BYTES:]
             chunk = READ_CHUNK
             if self._replay_until is not None and self._offset >= self._replay_until:
-                self._committed = self._replay_until = None  # relearned: deliver from here
+                # Relearned: new points come in the next read, so the daemon can let
+                # every file relearn before any delivers (runtime.py reads those first).
+                self._committed = self._replay_until = None
+                out.more = self._offset < size
+                return
 
     def _close(self) -> None:
         if self._fd is not None:

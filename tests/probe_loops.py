@@ -1,0 +1,42 @@
+"""The small model and data the probe's tests train, and how they read its file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 16)
+        self.squash = nn.Tanh()
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.squash(self.fc2(self.act(self.fc1(x)))))
+
+
+def batches(n: int, seed: int = 0, size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(size, 8, generator=g), torch.randint(0, 4, (size,), generator=g))
+        for _ in range(n)
+    ]
+
+
+def read(logdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    lines = (logdir / "trainsentry-probe.rank0.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return records[0], records[1:]
+
+
+def layer_norm(tensors: list[torch.Tensor]) -> float:
+    return math.sqrt(sum(float(t.double().norm()) ** 2 for t in tensors))
