@@ -19,7 +19,12 @@ WAIT = 60.0
 
 
 class DaemonProcess:
-    def __init__(self, *args: str, merge_stderr: bool = False) -> None:
+    def __init__(
+        self,
+        *args: str,
+        merge_stderr: bool = False,
+        preexec_fn: Callable[[], object] | None = None,
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainsentry", "run", *args],
             stdout=subprocess.PIPE,
@@ -27,6 +32,7 @@ class DaemonProcess:
             # a stderr line may interleave mid-line in one pipe
             stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
             text=True,
+            preexec_fn=preexec_fn,
         )
         self.lines: list[str] = []
         self.points: list[dict[str, Any]] = []
@@ -60,3 +66,10 @@ class DaemonProcess:
         self.proc.wait(timeout=30)
         self._thread.join(timeout=30)
         return self.points
+
+    def clean_output(self) -> str:
+        """Everything it printed, once it has stopped: exit status 0 and no traceback."""
+        output = "".join(self.lines)
+        assert self.proc.returncode == 0, output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        return output

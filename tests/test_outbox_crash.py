@@ -5,27 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
+from loss_log import RULES, delivered, write_chunk
 from notify_endpoints import HttpReceiver, Request
 
-RULES = """\
-version: 1
-rules:
-  - name: loss_high
-    metric: loss
-    severity: critical
-    threshold: {above: 10}
-"""
 SECRET = "s3cr3t-t0ken-9f8e7d"
-STEP = re.compile(r"\(`loss`\) at step (\d+),")
 
 
 def start_daemon(tmp: Path, *notify: str) -> subprocess.Popen[bytes]:
@@ -36,27 +26,6 @@ def start_daemon(tmp: Path, *notify: str) -> subprocess.Popen[bytes]:
         args += ["--notify", url]
     log = (tmp / "daemon.log").open("ab")
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-
-
-def write_chunk(path: Path, steps: range, high: set[int]) -> None:
-    """One write per chunk: the daemon reads a chunk in one cycle (see the module docstring)."""
-    now = time.time()
-    lines = [
-        json.dumps({"step": s, "time": now, "loss": 20.0 if s in high else 1.0}) for s in steps
-    ]
-    with path.open("a") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-def delivered(req: Request) -> list[tuple[str, int]]:
-    """(state, step) of each alert a json:// message carried."""
-    out = []
-    for section in req.json()["message"].split("\n\n---\n\n"):
-        state = "resolved" if " resolved (" in section.split("\n", 1)[0] else "firing"
-        match = STEP.search(section)
-        assert match, section
-        out.append((state, int(match.group(1))))
-    return out
 
 
 def confirmed(state_db: Path) -> set[tuple[str, int]]:

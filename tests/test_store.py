@@ -176,3 +176,13 @@ def test_a_configuration_that_cannot_bound_memory_is_rejected() -> None:
         Store(recent_size=0)
     with pytest.raises(ValueError):
         Store(max_buckets=1)
+
+
+def test_a_step_beyond_64_bits_is_kept_at_the_limit_instead_of_failing() -> None:
+    store = Store(recent_size=3)
+    store.add(point(1))
+    store.add(point(10**30))
+    series = store.get("exp/a", "loss")
+    assert series is not None
+    assert steps(series) == [1, (1 << 63) - 1]
+    assert series.last.step == 10**30  # the newest point as it was added

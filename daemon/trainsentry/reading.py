@@ -35,6 +35,8 @@ def iter_batches(
                     if on_error is not None:
                         for err in got.errors:
                             on_error(err)
+                        if got.unreadable:
+                            on_error(f"{tail.path}: {got.unreadable}")
                     if got.points:
                         yield got.points
                     if not got.more:

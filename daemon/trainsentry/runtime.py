@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainsentry.point import Point
+from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, Root, classify
 from trainsentry.sources.tail import FileTail, still_valid
 from trainsentry.state import Checkpoint, StateDB
@@ -141,6 +142,7 @@ class Daemon:
         self._caught_up: set[str] = set()
         self._dirs_by_root: dict[Path, int] = {}
         self._tails: dict[str, FileTail] = {}
+        self.access = AccessProblems()  # unreadable paths, said once each
         self._checkpoints = state.load_offsets()
         self._memory = memory
         self._snapshot_every = snapshot_every
@@ -215,8 +217,9 @@ class Daemon:
         """Seconds between sweeps: the poll interval as soon as any root is polled."""
         if self.poll is not None:
             return self.poll
-        if len(self._watcher.native) < len(self.roots):
-            return DEFAULT_POLL_SECONDS  # network filesystem, unwatchable, or short of watches
+        if len(self._watcher.native) < len(self.roots) or self.access.directories:
+            # network filesystem, unwatchable, short of watches, or an unreadable directory
+            return DEFAULT_POLL_SECONDS
         return SAFETY_SWEEP_SECONDS
 
     def cycle(self, timeout: float | None = None) -> int:
@@ -299,7 +302,10 @@ class Daemon:
                 continue
             if not top.exists():
                 continue
-            found_files, dirs = root.walk(top)
+            errors: list[OSError] = []
+            found_files, dirs = root.walk(top, errors)
+            if self.access.walked(str(top), errors):
+                self._watcher.rewatch(root.top)
             walked += dirs
             for found in found_files:
                 key = str(found.path)
@@ -351,6 +357,10 @@ class Daemon:
             if tail is None:
                 continue
             got = tail.read(READ_BUDGET)
+            if got.unreadable:
+                self.access.failed(key, got.unreadable)
+            else:
+                self.access.readable(key)
             if got.replayed and self._memory is not None:
                 self.stats.relearned += len(got.replayed)
                 self._memory.relearn(got.replayed)
@@ -420,6 +430,7 @@ class Daemon:
         runs = {self._tails[k].log.run for k in keys}
         for k in keys:
             self._tails.pop(k).close()
+            self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)
         alive = {t.log.run for t in self._tails.values()}

@@ -28,8 +28,9 @@ from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.runtime import Daemon
 from trainsentry.shutdown import on_stop, signals_deferred
+from trainsentry.silence_clock import SilenceClock
 from trainsentry.sinks.terminal import AlertPrinter
-from trainsentry.state import StateDB
+from trainsentry.state_writes import HeldState, WriteTrouble
 from trainsentry.store import Store
 from trainsentry.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 
@@ -64,12 +65,14 @@ class Service:
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
         try:
-            state = StateDB(state_dir / "state.db")
-            self.outbox = Outbox(state_dir / "state.db")
+            trouble = WriteTrouble(state_dir / "state.db")  # a full disk: alerting goes on
+            state = HeldState(state_dir / "state.db", trouble)
+            self.outbox = Outbox(state_dir / "state.db", trouble=trouble)
         except Exception as exc:
             raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
         self.state_dir = state_dir
         self.store = Store(recent_size=config.retention)
+        self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
         self.notifier = Notifier(
@@ -121,7 +124,10 @@ class Service:
 
     def _evaluate(self, points: list[Point]) -> None:
         self.store.extend(points)
-        self._deliver(self.engine.feed_all(points))
+        for part, run, step in self.silence.arrived(points):  # cut where a clock stepped
+            if step:
+                self.engine.shift_clock(run, step)
+            self._deliver(self.engine.feed_all(part))
 
     # -- the alert state across restarts (runtime.Memory; see snapshot.py) ------
 
@@ -153,13 +159,15 @@ class Service:
     def _released(self, run: str) -> None:
         self._deliver(self.engine.finish(run, "run deleted"))
         self.store.release_run(run)
+        self.silence.forget(run)
 
     def _on_cycle(self) -> None:
         if self._reload_requested:
             self._reload_requested = False
             self.reload()
-        self._deliver(self.engine.tick(time.time()))
+        self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
         self.notifier.tick()
+        self.outbox.flush_held()
         self.heartbeat.beat()
         self.board.refresh(
             lambda: DaemonSnapshot.capture(

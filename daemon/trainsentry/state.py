@@ -201,4 +201,7 @@ class Transaction:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *_: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            self._db.execute("COMMIT")
+        elif self._db.in_transaction:  # SQLITE_FULL mid-statement has rolled it back already
+            self._db.execute("ROLLBACK")

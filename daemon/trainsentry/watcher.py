@@ -25,9 +25,11 @@ import warnings
 from pathlib import Path
 
 from watchdog.events import (
+    DirAttribEvent,
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -57,6 +59,10 @@ EVENT_FILTER: list[type[FileSystemEvent]] = [
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
+    # a chmod that makes a file or directory readable again: IN_ATTRIB is in the
+    # kernel mask anyway (FileModifiedEvent asks for it), so this costs no events
+    FileAttribEvent,
+    DirAttribEvent,
 ]
 
 
@@ -159,6 +165,8 @@ class Watcher:
         self._dirs: set[str] = set()
         self.wakeup = threading.Event()
         self._observer: object | None = None
+        self._handler = _Handler(self)
+        self._scheduled: dict[Path, object] = {}
         self.native: list[Path] = []
 
     def watch(self, roots: list[Path]) -> None:
@@ -173,13 +181,14 @@ class Watcher:
         observer = Observer()
         observer.daemon = True
         observer.start()
-        handler = _Handler(self)
         for root in roots:
             if needs_polling(root):
                 log.info("%s is on a network filesystem: polling it", root)
                 continue
             try:
-                observer.schedule(handler, str(root), recursive=True, event_filter=EVENT_FILTER)
+                self._scheduled[root] = observer.schedule(
+                    self._handler, str(root), recursive=True, event_filter=EVENT_FILTER
+                )
                 self.native.append(root)
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
@@ -197,6 +206,25 @@ class Watcher:
         self._observer = observer
         if not self.native:
             self.stop()
+
+    def rewatch(self, root: Path) -> None:
+        """Watch `root` anew: directories that were unreadable got no watch from inotify.
+
+        The kernel refuses a watch on a directory the process may not read,
+        and watchdog skips it without a word; once it is readable, only a new
+        recursive schedule adds the watches it lacks.
+        """
+        obs, old = self._observer, self._scheduled.get(root)
+        if obs is None or old is None:
+            return
+        try:
+            obs.unschedule(old)  # type: ignore[attr-defined]
+            self._scheduled[root] = obs.schedule(  # type: ignore[attr-defined]
+                self._handler, str(root), recursive=True, event_filter=EVENT_FILTER
+            )
+        except OSError as exc:
+            log.warning("cannot watch %s again (%s): polling it", root, exc)
+            self.fall_back(root)
 
     def fall_back(self, root: Path) -> None:
         """Poll `root` from now on; its watches stay (what they see still arrives early)."""

@@ -13,12 +13,15 @@ between the receiver's answer and that commit is the one place a crash can
 repeat a message: at-least-once, as every outbox is.
 
 One connection guarded by a lock serves the main loop and the delivery
-workers; every operation is a short statement or transaction.
+workers; every operation is a short statement or transaction. A write the
+state disk cannot take (full) is held in memory and goes with the next write
+that works (held.py); reads keep working, so deliveries go on meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainsentry.alerts.held import Held, HeldRow
 from trainsentry.state import Transaction, connect
+from trainsentry.state_writes import WriteTrouble, is_unwritable, rollback
 
 KEEP_SENT_SECONDS = 7 * 86400.0  # confirmed rows kept this long (dedup across restarts)
 
@@ -56,10 +61,18 @@ class Pending:
 
 
 class Outbox:
-    def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        clock: Callable[[], float] = time.time,
+        trouble: WriteTrouble | None = None,
+    ) -> None:
         self._db = connect(path)
         self._lock = threading.Lock()
         self._clock = clock
+        self._trouble = trouble or WriteTrouble(Path(path))
+        self._held = Held()
         self.prune()
 
     # -- the main loop's side -------------------------------------------------
@@ -73,14 +86,33 @@ class Outbox:
             (e.key, e.receiver, e.run, e.severity, json.dumps(e.payload), now, e.due)
             for e in entries
         ]
-        with self._lock, Transaction(self._db):
+        new = 0
+
+        def insert() -> None:
+            nonlocal new
             before = self._db.total_changes
             self._db.executemany(
                 "INSERT OR IGNORE INTO outbox (key, receiver, run, severity, payload, created, due)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            return self._db.total_changes - before
+            new = self._db.total_changes - before
+
+        with self._lock:
+            if self._write(insert):
+                return new
+            known = self._known_keys([e.key for e in entries])
+            return sum(
+                self._held.add(HeldRow(e.key, e.receiver, e.run, e.severity, e.payload, now, e.due))
+                for e in entries
+                if e.key not in known
+            )
+
+    def flush_held(self) -> None:
+        """Write what a full disk held back, if it takes writes again (once per loop cycle)."""
+        with self._lock:
+            if self._held:
+                self._write(lambda: None)
 
     def known(self, key: str) -> bool:
         with self._lock:
@@ -91,6 +123,8 @@ class Outbox:
 
     def next_due(self, receiver: str) -> float | None:
         with self._lock:
+            if self._held:
+                return self._next_due_held(receiver)
             row = self._db.execute(
                 "SELECT min(due) FROM outbox"
                 " WHERE receiver = ? AND sent IS NULL AND failed IS NULL",
@@ -106,6 +140,8 @@ class Outbox:
         and rows held back by backoff or a rate limit leave together.
         """
         with self._lock:
+            if self._held:
+                return self._take_held(receiver, now, batch=batch, limit=limit)
             head = self._db.execute(
                 "SELECT run, key FROM outbox WHERE receiver = ? AND sent IS NULL"
                 " AND failed IS NULL AND due <= ? ORDER BY due, created, key LIMIT 1",
@@ -113,40 +149,42 @@ class Outbox:
             ).fetchone()
             if head is None:
                 return []
-            if batch:
-                rows = self._db.execute(
-                    "SELECT key, receiver, run, severity, payload, created, due, attempts"
-                    " FROM outbox WHERE receiver = ? AND run = ? AND sent IS NULL"
-                    " AND failed IS NULL ORDER BY created, rowid LIMIT ?",
-                    (receiver, head[0], limit),
-                ).fetchall()
-            else:
-                rows = self._db.execute(
-                    "SELECT key, receiver, run, severity, payload, created, due, attempts"
-                    " FROM outbox WHERE key = ?",
-                    (head[1],),
-                ).fetchall()
-        return [Pending(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows]
+            return self._rows(receiver, head[0], head[1], batch=batch, limit=limit)
 
     def confirm(self, receiver: str, keys: Iterable[str], now: float) -> None:
         """Mark rows sent and log the delivery, in one transaction."""
         keys = list(keys)
-        with self._lock, Transaction(self._db):
-            self._db.executemany(
-                "UPDATE outbox SET sent = ?, last_error = NULL WHERE key = ?",
-                [(now, k) for k in keys],
-            )
-            self._db.execute(
-                "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
-                (receiver, now, len(keys)),
-            )
+        with self._lock:
+            table = self._held.sent(keys, now)
+
+            def update() -> None:
+                self._db.executemany(
+                    "UPDATE outbox SET sent = ?, last_error = NULL WHERE key = ?",
+                    [(now, k) for k in table],
+                )
+                self._db.execute(
+                    "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
+                    (receiver, now, len(keys)),
+                )
+
+            if not self._write(update):
+                for k in table:
+                    self._held.override(k).sent = now
+                self._held.deliveries.append((receiver, now, len(keys)))
 
     def postpone(self, keys: Iterable[str], due: float, error: str) -> None:
-        with self._lock, Transaction(self._db):
-            self._db.executemany(
-                "UPDATE outbox SET due = ?, attempts = attempts + 1, last_error = ? WHERE key = ?",
-                [(due, error, k) for k in keys],
-            )
+        with self._lock:
+            table = self._held.postponed(list(keys), due, error)
+            if not self._write(
+                lambda: self._db.executemany(
+                    "UPDATE outbox SET due = ?, attempts = attempts + 1, last_error = ?"
+                    " WHERE key = ?",
+                    [(due, error, k) for k in table],
+                )
+            ):
+                for k in table:
+                    o = self._held.override(k)
+                    o.due, o.attempts, o.last_error = due, o.attempts + 1, error
 
     def defer(self, keys: Iterable[str], due: float) -> None:
         """Not before `due`, and no attempt counted: held back on purpose, not failed."""
@@ -156,12 +194,18 @@ class Outbox:
             )
 
     def give_up(self, keys: Iterable[str], error: str, now: float) -> None:
-        with self._lock, Transaction(self._db):
-            self._db.executemany(
-                "UPDATE outbox SET failed = ?, attempts = attempts + 1, last_error = ?"
-                " WHERE key = ?",
-                [(now, error, k) for k in keys],
-            )
+        with self._lock:
+            table = self._held.given_up(list(keys), error, now)
+            if not self._write(
+                lambda: self._db.executemany(
+                    "UPDATE outbox SET failed = ?, attempts = attempts + 1, last_error = ?"
+                    " WHERE key = ?",
+                    [(now, error, k) for k in table],
+                )
+            ):
+                for k in table:
+                    o = self._held.override(k)
+                    o.failed, o.attempts, o.last_error = now, o.attempts + 1, error
 
     def deliveries_since(self, receiver: str, since: float) -> list[float]:
         with self._lock:
@@ -169,7 +213,121 @@ class Outbox:
                 "SELECT sent FROM deliveries WHERE receiver = ? AND sent > ? ORDER BY sent",
                 (receiver, since),
             ).fetchall()
-        return [r[0] for r in rows]
+            held = [t for r, t, _ in self._held.deliveries if r == receiver and t > since]
+        return sorted([r[0] for r in rows] + held)
+
+    # -- while a full disk holds writes back ------------------------------------
+
+    def _write(self, work: Callable[[], object]) -> bool:
+        """Run `work` in one transaction with whatever is held; False if the disk is full.
+
+        Called with the lock held. Any other error is raised as before.
+        """
+        flushing = bool(self._held)
+        try:
+            with Transaction(self._db):
+                if flushing:
+                    self._write_held()
+                work()
+        except (sqlite3.OperationalError, OSError) as exc:
+            if not is_unwritable(exc):
+                raise
+            rollback(self._db)
+            self._trouble.failed(exc)
+            return False
+        if flushing:
+            self._held.clear()
+        self._trouble.worked()
+        return True
+
+    def _write_held(self) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO outbox (key, receiver, run, severity, payload, created, due,"
+            " attempts, last_error, sent, failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (*r.as_row()[:4], json.dumps(r.payload), *r.as_row()[5:])
+                for r in self._held.rows.values()
+            ],
+        )
+        self._db.executemany(
+            "UPDATE outbox SET sent = coalesce(?, sent), failed = coalesce(?, failed),"
+            " due = coalesce(?, due), attempts = attempts + ?,"
+            " last_error = CASE WHEN ? IS NOT NULL THEN NULL ELSE coalesce(?, last_error) END"
+            " WHERE key = ?",
+            [
+                (o.sent, o.failed, o.due, o.attempts, o.sent, o.last_error, k)
+                for k, o in self._held.overrides.items()
+            ],
+        )
+        self._db.executemany(
+            "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
+            self._held.deliveries,
+        )
+
+    def _known_keys(self, keys: list[str]) -> set[str]:
+        marks = ",".join("?" * len(keys))
+        rows = self._db.execute(f"SELECT key FROM outbox WHERE key IN ({marks})", keys)
+        return {r[0] for r in rows}
+
+    def _rows(self, receiver: str, run: str, key: str, *, batch: bool, limit: int) -> list[Pending]:
+        if batch:
+            rows = self._db.execute(
+                "SELECT key, receiver, run, severity, payload, created, due, attempts"
+                " FROM outbox WHERE receiver = ? AND run = ? AND sent IS NULL"
+                " AND failed IS NULL ORDER BY created, rowid LIMIT ?",
+                (receiver, run, limit),
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT key, receiver, run, severity, payload, created, due, attempts"
+                " FROM outbox WHERE key = ?",
+                (key,),
+            ).fetchall()
+        return [Pending(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows]
+
+    def _waiting_in_table(self, receiver: str) -> Iterable[tuple[str, str, float, float]]:
+        """(run, key, due, created) of the table's waiting rows, with the held overrides."""
+        rows = self._db.execute(
+            "SELECT run, key, due, created FROM outbox WHERE receiver = ? AND sent IS NULL"
+            " AND failed IS NULL ORDER BY due, created, key",
+            (receiver,),
+        )
+        for run, key, due, created in rows:
+            o = self._held.overrides.get(key)
+            if o is not None and (o.sent is not None or o.failed is not None):
+                continue
+            yield run, key, (o.due if o is not None and o.due is not None else due), created
+
+    def _next_due_held(self, receiver: str) -> float | None:
+        dues = [due for _, _, due, _ in self._waiting_in_table(receiver)]
+        dues += [r.due for r in self._held.waiting(receiver)]
+        return min(dues) if dues else None
+
+    def _take_held(self, receiver: str, now: float, *, batch: bool, limit: int) -> list[Pending]:
+        heads = [
+            (due, created, key, run)
+            for run, key, due, created in self._waiting_in_table(receiver)
+            if due <= now
+        ]
+        heads += [
+            (r.due, r.created, r.key, r.run) for r in self._held.waiting(receiver) if r.due <= now
+        ]
+        if not heads:
+            return []
+        _, _, key, run = min(heads)
+        held = [r for r in self._held.waiting(receiver) if r.run == run and (batch or r.key == key)]
+        table = (
+            [] if not batch and held else self._rows(receiver, run, key, batch=batch, limit=limit)
+        )
+        gone = {
+            k for k, o in self._held.overrides.items() if o.sent is not None or o.failed is not None
+        }
+        rows = [p for p in table if p.key not in gone]
+        rows += [
+            Pending(r.key, r.receiver, r.run, r.severity, r.payload, r.created, r.due, r.attempts)
+            for r in held
+        ]
+        return sorted(rows, key=lambda p: p.created)[:limit]
 
     # -- looking in -----------------------------------------------------------
 
@@ -180,7 +338,12 @@ class Outbox:
                 "SELECT count(*) FILTER (WHERE sent IS NULL AND failed IS NULL),"
                 " count(sent), count(failed) FROM outbox"
             ).fetchone()
-        return {"queued": row[0], "sent": row[1], "failed": row[2]}
+            held = list(self._held.rows.values())
+        return {
+            "queued": row[0] + sum(r.waiting for r in held),
+            "sent": row[1] + sum(r.sent is not None for r in held),
+            "failed": row[2] + sum(r.failed is not None for r in held),
+        }
 
     def waiting_receivers(self) -> set[str]:
         with self._lock:
@@ -192,9 +355,13 @@ class Outbox:
     def prune(self) -> None:
         """Forget confirmed rows after a week: long enough that no re-read can re-derive them."""
         cutoff = self._clock() - KEEP_SENT_SECONDS
-        with self._lock, Transaction(self._db):
+
+        def delete() -> None:
             self._db.execute("DELETE FROM outbox WHERE coalesce(sent, failed) < ?", (cutoff,))
             self._db.execute("DELETE FROM deliveries WHERE sent < ?", (cutoff,))
+
+        with self._lock:
+            self._write(delete)
 
     def close(self) -> None:
         with self._lock:

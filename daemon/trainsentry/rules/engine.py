@@ -22,7 +22,7 @@ again while its lifecycle still fires), it fires again. Firing only by its
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,13 +264,30 @@ class Engine:
             if alert.shown is not None:
                 self._reconcile(run, alert, step, wall, reason, out)
 
-    def tick(self, now: float) -> list[Transition]:
-        """Live only: fire no-data alerts whose deadline `now` has passed."""
+    def tick(self, now: float, now_of: Callable[[str], float] | None = None) -> list[Transition]:
+        """Live only: fire no-data alerts whose deadline `now` (or `now_of(run)`) has passed."""
         out: list[Transition] = []
-        for run in self._runs.values():
+        for run_id, run in self._runs.items():
+            at = now if now_of is None else now_of(run_id)
             for alert in run.clocks.values():
-                self._check_clock(run, alert, now, out)
+                self._check_clock(run, alert, at, out)
         return out
+
+    def shift_clock(self, run_id: str, seconds: float) -> None:
+        """A clock step in the run's stamps (told by silence_clock.py): move what its clocks
+        remember by as much, so the step reads as neither silence nor a hang."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.last_wall += seconds
+        for alert in run.clocks.values():
+            clock: NoDataClock = alert.condition
+            clock.last_wall += seconds
+            clock.step_wall += seconds
+        for alert in run.alerts:
+            cond = alert.condition
+            if isinstance(cond, ThroughputCondition) and cond.last is not None:
+                cond.last = (cond.last[0], cond.last[1] + seconds)
 
     # --- ending ---
 

@@ -9,6 +9,10 @@ last month had a loss spike is noise. Transitions older than the horizon
 (measured from the daemon's start, on the data's own wall time) are counted,
 not shown — except the resolves of alerts whose firing was shown (`told`),
 perhaps by the daemon's previous life: a firing line is always ended.
+
+A full disk under the JSONL file must not stop the terminal lines: a failed
+append is said once (and its recovery once), the lines of that batch are
+counted as lost, and the next batch tries again.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ class AlertPrinter:
         self.hidden = 0
         self._out = out
         self._rich = console.console_for(out) if console.is_rich(out) else None
-        self._jsonl = jsonl_path.open("a", encoding="utf-8") if jsonl_path else None
+        self._jsonl_path = jsonl_path
+        # unbuffered: a failed write leaves nothing in a buffer to be written twice later
+        self._jsonl = jsonl_path.open("ab", buffering=0) if jsonl_path else None
+        self.jsonl_lost = 0  # transitions not appended since appends last worked
 
     def __call__(
         self, transitions: list[Transition], told: frozenset[tuple[str, str, str]] = frozenset()
@@ -57,10 +64,33 @@ class AlertPrinter:
                 self._out.write("".join(format_text(t) + "\n" for t in shown))
                 self._out.flush()
             if self._jsonl is not None:
-                self._jsonl.write(
-                    "".join(json.dumps(t.as_dict(), ensure_ascii=False) + "\n" for t in shown)
+                text = "".join(json.dumps(t.as_dict(), ensure_ascii=False) + "\n" for t in shown)
+                self._append(text.encode(), len(shown))
+
+    def _append(self, data: bytes, count: int) -> None:
+        assert self._jsonl is not None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._jsonl.write(view) or 0 :]
+        except OSError as exc:
+            if not self.jsonl_lost:
+                print(
+                    f"trainsentry: cannot append to {self._jsonl_path}: {exc}; "
+                    "alerts still go to the terminal and the receivers",
+                    file=sys.stderr,
+                    flush=True,
                 )
-                self._jsonl.flush()
+            self.jsonl_lost += count
+            return
+        if self.jsonl_lost:
+            print(
+                f"trainsentry: appending to {self._jsonl_path} again; "
+                f"{self.jsonl_lost} transition(s) could not be written",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.jsonl_lost = 0
 
     def close(self) -> None:
         if self._jsonl is not None:

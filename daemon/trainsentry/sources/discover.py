@@ -95,7 +95,9 @@ class Root:
         """Every log file under `top` (default: the whole root), in sorted order."""
         return self.walk(top)[0]
 
-    def walk(self, top: Path | None = None) -> tuple[list[LogFile], int]:
+    def walk(
+        self, top: Path | None = None, errors: list[OSError] | None = None
+    ) -> tuple[list[LogFile], int]:
         """The log files under `top` in sorted order, and how many directories were walked.
 
         os.walk is scandir-based: on a root of tens of thousands of run
@@ -103,6 +105,8 @@ class Root:
         entry. The directories it descends into are those a recursive inotify
         watch covers (less .git and our control directory), so the count tells
         the daemon whether the kernel's watch limit left some unwatched.
+        A directory that cannot be listed is skipped and, given `errors`, its
+        error appended there.
         """
         top = top or self.top
         if top.is_file():
@@ -110,7 +114,9 @@ class Root:
             return ([found] if found else []), 0
         out: list[LogFile] = []
         walked = 0
-        for dirpath, dirnames, filenames in os.walk(top):
+        for dirpath, dirnames, filenames in os.walk(
+            top, onerror=errors.append if errors is not None else None
+        ):
             walked += 1
             dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
             base = Path(dirpath)

@@ -42,6 +42,9 @@ class TailRead:
     errors: list[str] = field(default_factory=list)
     more: bool = False  # stopped at the byte budget with data left to read
     gone: bool = False  # the path no longer exists and the old file is drained
+    # the OS refused to stat, open or read the file (permissions, I/O error): the
+    # read is retried from the same offset next time, nothing is skipped
+    unreadable: str | None = None
     replayed: list[Point] = field(default_factory=list)  # read again to relearn, see above
 
 
@@ -117,7 +120,7 @@ class FileTail:
         except FileNotFoundError:
             st = None
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot stat: {exc}")
+            out.unreadable = f"cannot stat: {exc.strerror or exc}"
             return out
         if self._fd is not None and (
             st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)
@@ -171,7 +174,7 @@ class FileTail:
             out.gone = True
             return False
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot open: {exc}")
+            out.unreadable = f"cannot open: {exc.strerror or exc}"
             return False
         st = os.fstat(fd)
         self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
@@ -230,7 +233,7 @@ class FileTail:
             st = os.fstat(fd)
             self._check_rewritten(st)
         except OSError as exc:
-            out.errors.append(f"{self.path}: cannot read: {exc}")
+            out.unreadable = f"cannot read: {exc.strerror or exc}"
             return
         size, mtime = st.st_size, st.st_mtime
         run, prefix = self.log.run, self.log.tag_prefix
@@ -245,7 +248,7 @@ class FileTail:
             try:
                 data = os.pread(fd, want, self._offset)
             except OSError as exc:
-                out.errors.append(f"{self.path}: cannot read: {exc}")
+                out.unreadable = f"cannot read: {exc.strerror or exc}"
                 return
             if not data:
                 return  # shrank under us; the next read notices the truncation

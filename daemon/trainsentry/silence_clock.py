@@ -1,0 +1,140 @@
+"""Live no-data and pace checks across wall-clock steps: a step is neither silence nor a hang.
+
+`Engine.tick(now)` fires run_stalled when `now` passes a run's last wall stamp
+plus its allowed silence, and a later point whose stamp is far past the last
+one reveals a gap. A wall clock stepped by hours (NTP correcting a drifted
+node, a VM resumed, `date -s`) fools both: with `now = time.time()` every live
+run looks hours silent at once, a storm of false "data stopped" alerts; and
+the next points, stamped by the jobs' stepped clock, show a gap of hours that
+never happened (run_stalled, and step_stalled's "one step took hours").
+
+The monotonic clock does not step, so this module measures with it:
+
+- `now_of(run)` is the wall time when the run's newest points arrived plus
+  the monotonic time since: without a step it equals time.time() (to the
+  clock's slew), with one it is still the silence the run really kept;
+- `arrived(points)` compares each live point's stamp with the run's previous
+  one: a jump that the monotonic time since cannot explain (by more than
+  STEP_SECONDS) is a step, and the batch is cut there so the engine's clocks
+  for that run can be moved by the step (Engine.shift_clock) before the rest.
+
+Points far from the daemon's own clock (a backfill of old runs, a job on a
+host whose clock disagrees) are not judged: their gaps are the data's own.
+The data's stamps are never changed; alerts keep the data's time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from trainsentry.point import Point
+
+log = logging.getLogger(__name__)
+
+# Jumps beyond what real time explains by more than this are steps. Writers
+# buffer points up to 2 minutes (flush_secs=120), and a run's files (train/,
+# validation/) are read one after the other, so their stamps interleave by
+# about as much; ten minutes is well clear, and below every silence floor.
+STEP_SECONDS = 600.0
+SAY_EVERY_SECONDS = 60.0
+
+
+class SilenceClock:
+    def __init__(
+        self,
+        *,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._wall = wall
+        self._mono = mono
+        # run -> [last stamp, arrival wall, arrival monotonic, 1.0 if the stamp was live]
+        self._runs: dict[str, list[float]] = {}
+        self._offset = wall() - mono()
+        self._said_at = -math.inf
+        self._unsaid = 0
+
+    def arrived(self, points: Sequence[Point]) -> list[tuple[Sequence[Point], str, float]]:
+        """The batch in order, cut where a run's stamps stepped: (points, run, step before them)."""
+        wall, mono = self._wall(), self._mono()
+        unstepped = self._offset + mono  # the wall clock as it was before a step not yet looked at
+
+        def live(stamp: float) -> bool:
+            """Near this host's clock, before or after a step (not history, not another clock)."""
+            return abs(wall - stamp) < STEP_SECONDS or abs(unstepped - stamp) < STEP_SECONDS
+
+        runs = self._runs
+        first, last = points[0], points[-1]
+        if first.run == last.run and not live(first.wall_time) and not live(last.wall_time):
+            # history (a backfill; the runtime's batches are one file's points): nothing
+            # to judge, and no per-point cost
+            runs[last.run] = [last.wall_time, wall, mono, 0.0]
+            return [(points, "", 0.0)]
+        parts: list[tuple[Sequence[Point], str, float]] = []
+        start = 0
+        for i, (run, _, _, stamp, _) in enumerate(points):
+            if stamp != stamp:  # NaN: no stamp to judge
+                continue
+            now_live = live(stamp)
+            seen = runs.get(run)
+            if seen is None:
+                runs[run] = [stamp, wall, mono, float(now_live)]
+                continue
+            # both stamps live when they arrived: a run that was silent before the
+            # daemon started had a real gap, not a step
+            if now_live and seen[3]:
+                jump = stamp - seen[0] - (mono - seen[2])
+                if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
+                    parts.append((points[start:i], "", 0.0))
+                    parts.append(((), run, jump))
+                    start = i
+                    self._say(run, jump, mono - seen[2])
+            seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, float(now_live)
+        if not parts:
+            return [(points, "", 0.0)]
+        parts.append((points[start:], "", 0.0))
+        return [p for p in parts if p[0] or p[2]]
+
+    def now_of(self, run: str) -> float:
+        """The wall time a run's silence is measured to, as if the clock had not stepped."""
+        seen = self._runs.get(run)
+        if seen is None:
+            return self._wall()
+        return seen[1] + (self._mono() - seen[2])
+
+    def look(self) -> float:
+        """Once a cycle: say when the daemon's own wall clock stepped; the wall time now."""
+        wall, mono = self._wall(), self._mono()
+        step = (wall - mono) - self._offset
+        if abs(step) > STEP_SECONDS / 100:
+            log.warning(
+                "the wall clock stepped %s by %.0f s; the silence of runs is measured on the "
+                "monotonic clock, so no run looks stalled because of it",
+                "forward" if step > 0 else "back",
+                abs(step),
+            )
+        self._offset = wall - mono
+        return wall
+
+    def forget(self, run: str) -> None:
+        self._runs.pop(run, None)
+
+    def _say(self, run: str, jump: float, elapsed: float) -> None:
+        mono = self._mono()
+        if mono - self._said_at < SAY_EVERY_SECONDS:
+            self._unsaid += 1
+            return
+        others = f" (and {self._unsaid} more since)" if self._unsaid else ""
+        log.warning(
+            "timestamps of run %s stepped %s by %.0f s while %.0f s passed: a clock step, "
+            "not counted as silence or as a slow step%s",
+            run,
+            "forward" if jump > 0 else "back",
+            abs(jump),
+            elapsed,
+            others,
+        )
+        self._said_at, self._unsaid = mono, 0

@@ -1,0 +1,148 @@
+"""Live no-data checks when the wall clock is stepped by hours while the daemon runs.
+
+The clocks are injected (a wall clock that is stepped, a monotonic one that
+is not), as NTP stepping a node's clock would leave them; the engine and the
+rules are the real ones.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from test_rules_notation import WALL0, points, ruleset
+
+from trainsentry.point import Point
+from trainsentry.rules.engine import Engine
+from trainsentry.rules.lifecycle import Transition
+from trainsentry.rules.loader import load_rules
+from trainsentry.silence_clock import SilenceClock
+
+HOUR = 3600.0
+RULES = ruleset("- {name: stalled, no_data: {factor: 20, min_silence: 15m}}")
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.wall = WALL0 + 100.0
+        self.mono = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+def live_runs(clocks: Clocks, runs: int = 5) -> tuple[Engine, SilenceClock]:
+    """Runs that each logged a step a second up to just now."""
+    engine = Engine(RULES)
+    silence = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    for r in range(runs):
+        batch = points("1x100", run=f"run{r}")
+        assert engine.feed_all(batch) == []
+        silence.arrived(batch)
+    return engine, silence
+
+
+@pytest.mark.parametrize("step", [3 * HOUR, -3 * HOUR])
+def test_a_stepped_wall_clock_raises_no_stalled_alert_on_live_runs(step: float) -> None:
+    clocks = Clocks()
+    engine, silence = live_runs(clocks)
+    clocks.wall += step
+    for _ in range(10):  # ten loop cycles, a second apart
+        clocks.advance(1.0)
+        assert engine.tick(silence.look(), silence.now_of) == []
+    # what time.time() alone does: a forward step is a storm, one alert per live run
+    stormed = engine.tick(clocks.wall)
+    assert len(stormed) == (5 if step > 0 else 0)
+
+
+@pytest.mark.parametrize("step", [3 * HOUR, -3 * HOUR])
+def test_a_run_that_really_stops_after_a_step_is_caught_when_its_silence_is_due(
+    step: float,
+) -> None:
+    clocks = Clocks()
+    engine, silence = live_runs(clocks, runs=1)
+    clocks.wall += step
+    clocks.advance(14 * 60)
+    assert engine.tick(silence.look(), silence.now_of) == []
+    clocks.advance(2 * 60)  # 16 minutes of real silence: past the 15-minute floor
+    fired = engine.tick(silence.look(), silence.now_of)
+    assert [(t.rule, t.state) for t in fired] == [("stalled", "firing")]
+    # stamped on the data's own clock: the deadline after the last point, not the stepped time
+    assert fired[0].wall_time == pytest.approx(WALL0 + 99 + 15 * 60)
+
+
+def feed_live(engine: Engine, silence: SilenceClock, batch: list[Point]) -> list[Transition]:
+    """What the service does with a batch read from a file."""
+    out: list[Transition] = []
+    for part, run, step in silence.arrived(batch):
+        if step:
+            engine.shift_clock(run, step)
+        out += engine.feed_all(part)
+    return out
+
+
+@pytest.mark.parametrize("step", [3 * HOUR, -3 * HOUR])
+@pytest.mark.parametrize("cut", [0, 3], ids=["between-batches", "mid-batch"])
+def test_points_stamped_after_a_step_show_no_gap_and_no_slow_step(step: float, cut: int) -> None:
+    """The job's stamps step with the node's clock; the pack's run_stalled and step_stalled
+    (one interval of 10 minutes, x100 the pace) would both read the step as hours of silence."""
+    clocks = Clocks()
+    history = points("1x100", run="job")
+    clocks.wall = clocks.mono = history[-1].wall_time
+    engine = Engine(load_rules([]))  # the shipped pack
+    silence = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    assert feed_live(engine, silence, history) == []
+    later = points("1x6", run="job", start=100)
+    clocks.wall += step
+    shifted = [
+        p._replace(wall_time=p.wall_time + (step if i >= cut else 0.0)) for i, p in enumerate(later)
+    ]
+    clocks.advance(6.0)
+    assert feed_live(engine, silence, shifted) == []
+    for _ in range(5):
+        clocks.advance(1.0)
+        more = [Point("job", "loss", shifted[-1].step + 1, clocks.wall, 1.0)]
+        assert (
+            feed_live(engine, silence, more) == []
+            and engine.tick(silence.look(), silence.now_of) == []
+        )
+    if step > 0:  # without the cut, the same points are hours of silence
+        plain = Engine(load_rules([]))
+        plain.feed_all(history)
+        assert "run_stalled" in {t.rule for t in plain.feed_all(shifted)}
+
+
+def test_a_step_is_said_once_however_many_runs_it_touches(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clocks = Clocks()
+    clocks.wall = clocks.mono = WALL0 + 99
+    engine, silence = live_runs(clocks, runs=50)
+    with caplog.at_level(logging.WARNING, logger="trainsentry.silence_clock"):
+        silence.look()
+        clocks.wall -= 2 * HOUR
+        for _ in range(5):
+            clocks.advance(1.0)
+            silence.look()
+            for r in range(50):
+                feed_live(engine, silence, [Point(f"run{r}", "loss", 200, clocks.wall, 1.0)])
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("the wall clock stepped back by 7200 s")
+    assert messages[1].startswith("timestamps of run run0 stepped back by 72")
+
+
+def test_a_run_silent_before_the_daemon_started_keeps_its_real_gap() -> None:
+    clocks = Clocks()
+    old = points("1x100", run="job")  # its last point three hours before the daemon read it
+    clocks.wall = clocks.mono = old[-1].wall_time + 3 * HOUR
+    engine = Engine(RULES)
+    silence = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    feed_live(engine, silence, old)
+    clocks.advance(5.0)
+    resumed = [Point("job", "loss", 100, clocks.wall, 1.0)]
+    assert [(t.rule, t.state) for t in feed_live(engine, silence, resumed)] == [
+        ("stalled", "firing"),
+        ("stalled", "resolved"),
+    ]
