@@ -172,8 +172,8 @@ def test_an_alert_firing_at_a_clean_stop_is_resolved_after_the_restart(
         second.wait_until(lambda: ("resolved", 20) in alerts(tmp_path))
         assert receiver.wait_for(lambda reqs: len(reqs) >= 2)
         second.stop()
-        restored = "restored the alert state (1 firing)" in "".join(second.lines)
-        assert restored == (snapshot == "kept")
+        restored = "restored the alert state (" in "".join(second.lines)
+        assert restored == (snapshot == "kept"), "".join(second.lines)
     finally:
         receiver.close()
     assert alerts(tmp_path) == [("firing", 10), ("resolved", 20)]

@@ -149,6 +149,12 @@ class Service:
     def keep_only(self, runs: set[str]) -> None:
         for run in set(self.engine.runs()) - runs:
             self._deliver(self.engine.finish(run, "no longer watched"))
+        if self._restored is not None:  # counted now: the snapshot may predate a resolve
+            print(
+                f"trainsentry: restored the alert state ({len(self.notifier.book)} firing now, "
+                f"{self.daemon.stats.relearned} points relearned)",
+                flush=True,
+            )
 
     def _print_points(self, points: list[Point]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
@@ -262,10 +268,6 @@ class Service:
                 print(f"trainsentry: notifying {lane.sink.name}", flush=True)
         self.notifier.start()
         if self._restored is not None:
-            print(
-                f"trainsentry: restored the alert state ({len(self.notifier.book)} firing)",
-                flush=True,
-            )
             self._deliver(self._restored)
         guard = StuckLoopGuard(self.heartbeat, STUCK_SECONDS)
         guard.start()
