@@ -54,11 +54,8 @@ def free_port() -> int:
         return port
 
 
-def run_job(tmp_path: Path, ranks: str) -> Path:
-    logdir = tmp_path / ranks
-    logdir.mkdir()
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+def run_ranks(script: Path, *args: str) -> None:
+    """Runs `script ARGS...` as both ranks of a job (env:// rendezvous on 127.0.0.1)."""
     port = free_port()
     procs = []
     for rank in (0, 1):
@@ -66,7 +63,7 @@ def run_job(tmp_path: Path, ranks: str) -> Path:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(script), str(logdir), ranks],
+                [sys.executable, str(script), *args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -80,6 +77,14 @@ def run_job(tmp_path: Path, ranks: str) -> Path:
             p.kill()
     for p, output in zip(procs, outputs, strict=True):
         assert p.returncode == 0, output
+
+
+def run_job(tmp_path: Path, ranks: str) -> Path:
+    logdir = tmp_path / ranks
+    logdir.mkdir()
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    run_ranks(script, str(logdir), ranks)
     return logdir
 
 

@@ -154,6 +154,43 @@ def test_the_daemons_stop_file_is_understood(tmp_path: Path) -> None:
     probe.close()
 
 
+PLAIN_LOOP = """
+import json, os, sys
+sys.modules["torch"] = None  # as where torch is not installed: importing it fails
+from trainsentry.actions.stop_file import write_stop_file
+import trainsentry_probe
+
+logdir, past_runs = sys.argv[1], float(sys.argv[2])
+stop = trainsentry_probe.StopFile(logdir)
+assert os.path.exists(stop.path) and os.stat(stop.path).st_mtime == past_runs
+seen = [stop.requested() for _ in range(3)]  # the loop's first steps
+write_stop_file(stop.path, {"rule": "r", "step": 7, "message": "loss is NaN"})  # the daemon
+seen += [stop.requested() for _ in range(2)]
+print(json.dumps([None if s is None else [s.rule, s.step, s.reason] for s in seen]))
+"""
+
+
+def test_a_plain_loop_without_torch_ignores_a_past_runs_stop_file_and_sees_a_new_one(
+    tmp_path: Path,
+) -> None:
+    stop_file = pytest.importorskip("trainsentry.actions.stop_file")
+    past = stop_file.write_stop_file(
+        stop_file.stop_file_path("run", tmp_path, None), {"rule": "old", "step": 3}
+    )
+    an_hour_ago = float(int(time.time()) - 3600)
+    os.utime(past, (an_hour_ago, an_hour_ago))
+    env = {k: v for k, v in os.environ.items() if k != "TRAINSENTRY_STOP_FILE"}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_LOOP, str(tmp_path), str(an_hour_ago)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    fresh = ["r", 7, "loss is NaN"]
+    assert json.loads(done.stdout) == [None, None, None, fresh, fresh]
+
+
 def test_a_misspelt_option_is_rejected_with_a_suggestion(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="did you mean 'layer_every'"):
         trainsentry_probe.watch(Net(), None, tmp_path, layers_every=10)

@@ -21,29 +21,51 @@ Adapters: `trainsentry_probe.lightning.TrainsentryCallback` and
 `trainsentry_probe.hf.TrainsentryCallback` (imported only when used: this
 package never imports lightning, transformers, nor the daemon). The record
 format is versioned and described in FORMAT.md.
+
+Loops without the probe check the daemon's stop file with `StopFile`, which
+needs no torch: torch is imported when `watch`, `Probe` or the record format
+constants are first used, so a job of another framework can import this
+package without torch installed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from trainsentry_probe.options import ProbeOptions
-from trainsentry_probe.probe import Probe
-from trainsentry_probe.records import RECORD_FORMAT, RECORD_FORMAT_VERSION
-from trainsentry_probe.stopfile import StopRequest, TrainingStopped
+from trainsentry_probe.stopfile import StopFile, StopRequest, TrainingStopped
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from trainsentry_probe.probe import Probe
+    from trainsentry_probe.records import RECORD_FORMAT, RECORD_FORMAT_VERSION
 
 __all__ = [
     "RECORD_FORMAT",
     "RECORD_FORMAT_VERSION",
     "Probe",
     "ProbeOptions",
+    "StopFile",
     "StopRequest",
     "TrainingStopped",
     "watch",
 ]
+
+_NEEDS_TORCH = {
+    "Probe": "trainsentry_probe.probe",
+    "RECORD_FORMAT": "trainsentry_probe.records",
+    "RECORD_FORMAT_VERSION": "trainsentry_probe.records",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_TORCH:
+        import importlib
+
+        return getattr(importlib.import_module(_NEEDS_TORCH[name]), name)
+    raise AttributeError(f"module 'trainsentry_probe' has no attribute {name!r}")
 
 
 def watch(model: nn.Module, optimizer: Any, logdir: str | Path, **options: Any) -> Probe:
@@ -56,4 +78,6 @@ def watch(model: nn.Module, optimizer: Any, logdir: str | Path, **options: Any) 
     None for loops without a torch optimizer: `probe.record(step, ...)` then
     marks each step's end.
     """
+    from trainsentry_probe.probe import Probe
+
     return Probe(model, optimizer, logdir, ProbeOptions.from_kwargs(options))

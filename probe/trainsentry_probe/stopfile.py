@@ -16,6 +16,11 @@ checks at the same iterations and can agree (see `Probe.should_stop`).
 
 A STOP file older than the probe is ignored (and said so once): it belongs to
 a run that was already stopped, and a resumed run must not end at once.
+The daemon never removes a stop file, so a loop that only tests whether the
+file exists would end every later run in the same directory at its first
+check; `StopFile` is the same check for loops without the probe, and this
+module imports no torch (it is loaded only to agree across ranks), so jobs of
+any framework can use it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 log = logging.getLogger("trainsentry_probe")
 
@@ -119,9 +123,51 @@ class StopWatch:
         return self.request
 
 
+class StopFile:
+    """The daemon's stop request, for a loop without the probe::
+
+        stop = trainsentry_probe.StopFile("runs/exp1")  # when the job starts
+        for batch in loader:
+            ...
+            if stop.requested():
+                save_checkpoint()
+                break
+
+    The file is looked for where the probe would look (`stop_file=`,
+    $TRAINSENTRY_STOP_FILE, `<control_dir>/STOP`, `<logdir>/.trainsentry/STOP`),
+    with one `os.stat` every `every` calls. A file older than this object (by
+    more than a second) is a past run's and ignored; one written later, even
+    unreadable, is a request, and stays one. Single process: distributed ranks
+    must agree on stopping, which `Probe.should_stop()` does for them.
+    """
+
+    def __init__(
+        self,
+        logdir: str | Path,
+        *,
+        stop_file: str | None = None,
+        control_dir: str | None = None,
+        every: int = 1,
+    ) -> None:
+        path = stop_file_path(Path(logdir), control_dir, stop_file)
+        self._watch = StopWatch(path, every, started=time.time())
+
+    @property
+    def path(self) -> Path:
+        return self._watch.path
+
+    def requested(self) -> StopRequest | None:
+        """The request (rule, step, reason) once a fresh stop file was seen, else None."""
+        if self._watch.due():
+            self._watch.look()
+        return self._watch.request
+
+
 def agree_across_ranks(request: StopRequest | None, watch: StopWatch) -> StopRequest | None:
     """All ranks stop if any saw the file (one all_reduce, only on checking calls):
     a rank that stops alone leaves the others waiting in their next collective."""
+    import torch  # here only: the rest of this module serves loops without torch
+
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return request
