@@ -3,7 +3,9 @@
 The daemon cannot (and should not) kill a job it only watches; the job can
 cheaply check for a file. The file is `<run dir>/.trainsentry/STOP`: the
 probe looks beside its own log file with no configuration, and any training
-loop can do `os.path.exists(...)`.
+loop can check it with `trainsentry_probe.StopFile` (no torch needed). The
+daemon never deletes the file, so a bare `os.path.exists` would also stop the
+next run in that directory: a file older than the job's start is stale.
 
 Where the daemon may not write to the log root (the systemd unit and the
 container mount it read-only), `--control-dir DIR` moves the whole tree:
