@@ -186,3 +186,19 @@ def test_a_step_beyond_64_bits_is_kept_at_the_limit_instead_of_failing() -> None
     assert series is not None
     assert steps(series) == [1, (1 << 63) - 1]
     assert series.last.step == 10**30  # the newest point as it was added
+
+
+def test_a_series_no_rule_reads_keeps_a_short_window_and_the_judged_one_its_full() -> None:
+    from trainsentry.rules.engine import Engine
+    from trainsentry.rules.loader import load_rules
+    from trainsentry.store import SIDE_RECENT
+
+    store = Store(recent_size=500, judged=Engine(load_rules()).reads)
+    for step in range(1000):
+        store.add(Point("r", "train/loss", step, float(step), 1.0))
+        store.add(Point("r", "my/custom_counter", step, float(step), 1.0))
+    judged, side = store.get("r", "train/loss"), store.get("r", "my/custom_counter")
+    assert judged is not None and side is not None
+    assert len(judged.recent()) == 500 and len(side.recent()) == SIDE_RECENT
+    for series in (judged, side):  # nothing lost: what left the window is in history
+        assert len(series.recent()) + sum(b.count for b in series.history()) == 1000

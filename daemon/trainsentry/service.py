@@ -71,7 +71,7 @@ class Service:
         except Exception as exc:
             raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
         self.state_dir = state_dir
-        self.store = Store(recent_size=config.retention)
+        self.store = Store(recent_size=config.retention, judged=lambda tag: self.engine.reads(tag))
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)

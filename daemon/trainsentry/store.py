@@ -28,19 +28,29 @@ Steps that do not increase are deliberate, not errors:
 Every point added is thus in exactly one place: `len(recent())` plus the
 bucket counts equals `count`. Not thread-safe: one owner (the runtime) adds and
 reads.
+
+Memory is what bounds a fleet: 1,000 runs × 20 series is 20,000 series. So
+closed buckets are eight doubles in one flat array (64 bytes, not the ~260 of
+a Bucket object and its boxed numbers), at most `max_buckets` of them; and a
+series no rule reads (`Store(judged=...)`) keeps a short window, since only
+evidence reads it: the alerted series keeps its full window for the plots,
+the incident bundle and the peak.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from trainsentry.point import Point
 
 _new = tuple.__new__
 INT64_MAX = (1 << 63) - 1
+# A series no rule reads: enough for a plot's context in an incident bundle.
+SIDE_RECENT = 100
+SIDE_BUCKETS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,17 @@ class Bucket:
     max: float
     mean: float
     last: float
+
+
+BUCKET_FIELDS = 8
+
+
+def _fields(b: Bucket) -> tuple[float, ...]:
+    return (b.first_step, b.last_step, b.count, b.nan_count, b.min, b.max, b.mean, b.last)
+
+
+def _bucket(f: Sequence[float]) -> Bucket:
+    return Bucket(int(f[0]), int(f[1]), int(f[2]), int(f[3]), f[4], f[5], f[6], f[7])
 
 
 def _merge(a: Bucket, b: Bucket) -> Bucket:
@@ -98,6 +119,7 @@ class Series:
 
     __slots__ = (
         "_closed",
+        "_closed_n",
         "_compact_at",
         "_head",
         "_last",
@@ -121,7 +143,9 @@ class Series:
         self._maxlen = recent_size
         self._compact_at = max(16, recent_size // 4)
         self._last: Point | None = None  # the newest point, as it was added
-        self._closed: list[Bucket] = []
+        # Closed buckets, BUCKET_FIELDS doubles each (a Bucket's fields in order).
+        self._closed = array("d")
+        self._closed_n = 0
         # The bucket being filled: [first, last, count, nan_count, min, max, sum, last_value]
         self._open: list[float] | None = None
         self._open_key = 0
@@ -152,7 +176,8 @@ class Series:
         ]
 
     def history(self) -> list[Bucket]:
-        buckets = list(self._closed)
+        c, n = self._closed, BUCKET_FIELDS
+        buckets = [_bucket(c[i : i + n]) for i in range(0, len(c), n)]
         if self._open is not None:
             buckets.append(self._close_open())
         return buckets
@@ -191,8 +216,9 @@ class Series:
         current = self._open
         if current is None or key != self._open_key or step < current[1]:
             if current is not None:
-                self._closed.append(self._close_open())
-                if len(self._closed) > self._max_buckets:
+                self._closed.extend(_fields(self._close_open()))
+                self._closed_n += 1
+                if self._closed_n > self._max_buckets:
                     self._coarsen()
             self._open = current = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
             self._open_key = key
@@ -225,11 +251,12 @@ class Series:
         )
 
     def _coarsen(self) -> None:
-        closed = self._closed
+        closed = self.history()[: self._closed_n]
         merged = [_merge(closed[i], closed[i + 1]) for i in range(0, len(closed) - 1, 2)]
         if len(closed) % 2:
             merged.append(closed[-1])
-        self._closed = merged
+        self._closed = array("d", [x for b in merged for x in _fields(b)])
+        self._closed_n = len(merged)
         self._width *= 2
         if self._open is not None:
             self._open_key = int(self._open[0]) // self._width
@@ -239,13 +266,20 @@ class Store:
     """All series, by run then tag; a deleted run is released as a whole."""
 
     def __init__(
-        self, *, recent_size: int = 1000, bucket_steps: int = 100, max_buckets: int = 1000
+        self,
+        *,
+        recent_size: int = 1000,
+        bucket_steps: int = 100,
+        max_buckets: int = 128,
+        judged: Callable[[str], bool] | None = None,
     ) -> None:
+        """`judged(tag)`: does a rule read this tag? Others keep SIDE_RECENT points."""
         if recent_size < 1 or bucket_steps < 1 or max_buckets < 2:
             raise ValueError("recent_size, bucket_steps >= 1 and max_buckets >= 2 required")
         self._recent_size = recent_size
         self._bucket_steps = bucket_steps
         self._max_buckets = max_buckets
+        self._judged = judged
         self._runs: dict[str, dict[str, Series]] = {}
 
     def add(self, point: Point) -> Series:
@@ -255,9 +289,12 @@ class Store:
             tags = self._runs[point.run] = {}
         series = tags.get(point.tag)
         if series is None:
-            series = tags[point.tag] = Series(
-                self._recent_size, self._bucket_steps, self._max_buckets
-            )
+            if self._judged is None or self._judged(point.tag):
+                size, buckets = self._recent_size, self._max_buckets
+            else:
+                size = min(self._recent_size, SIDE_RECENT)
+                buckets = min(self._max_buckets, SIDE_BUCKETS)
+            series = tags[point.tag] = Series(size, self._bucket_steps, buckets)
         series.add(point)
         return series
 

@@ -311,6 +311,11 @@ class Engine:
     def runs(self) -> list[str]:
         return list(self._runs)
 
+    def reads(self, tag: str) -> bool:
+        """Whether a rule judges this tag's series (the store keeps more of those)."""
+        binding = self._bindings.get(tag) or self._bind(tag)
+        return bool(binding.series_rules)
+
     def firing(self) -> list[Transition]:
         """The alerts shown as firing now, as their latest firing transition would read."""
         return [
