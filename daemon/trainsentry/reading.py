@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from trainsentry.point import Point
-from trainsentry.sources.discover import Root
+from trainsentry.sources.discover import roots
 from trainsentry.sources.tail import FileTail
 
 
@@ -22,11 +22,11 @@ def iter_batches(
     Raises FileNotFoundError for a path that does not exist: a typo on the
     command line deserves a clear error, not an empty result.
     """
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
+    given = list(paths)
+    for raw in given:
+        if not Path(raw).exists():
             raise FileNotFoundError(f"no such file or directory: {raw}")
-        root = Root.replayed(path)
+    for root in roots(given, replay=True):
         for log in root.scan():
             tail = FileTail(log)
             try:
