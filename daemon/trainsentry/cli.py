@@ -210,11 +210,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
+            order="input",
         )
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")
         return 0
-    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format)
+    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format, order="input")
     return 0
 
 
