@@ -188,6 +188,17 @@ def test_secret_errors_point_at_the_key_and_never_print_the_secret(tmp_path: Pat
     assert all("secret-token-12345" not in e for e in errs)
 
 
+def test_a_route_apprise_does_not_know_is_an_error_at_its_line(tmp_path: Path) -> None:
+    errs = errors_of(
+        tmp_path,
+        "notify:\n  routes:\n    - json://127.0.0.1:1/ok\n    - url: jsn://h/secret-token-12345\n",
+    )
+    assert errs == [
+        "cfg:4:7: `notify.routes[1]`: jsn://(not an apprise URL): "
+        "not a URL apprise knows (check the scheme)"
+    ]
+
+
 def test_the_same_receiver_twice_is_an_error(tmp_path: Path) -> None:
     errs = errors_of(
         tmp_path,
