@@ -45,10 +45,14 @@ def default_state_dir() -> Path:
     return Path(xdg) / "trainsentry"
 
 
-def _existing(paths: Sequence[str]) -> list[Path]:
-    missing = [p for p in paths if not os.path.exists(p)]
+def _existing(paths: Sequence[str], what: str = "log path", also: str | None = None) -> list[Path]:
+    """The paths, or a usage error naming the first missing one and what it should be.
+
+    `also` is a name that is not a path but accepted where `what` is (`default`).
+    """
+    missing = [p for p in paths if p != also and not os.path.exists(p)]
     if missing:
-        raise UsageError(f"no such file or directory: {missing[0]}; give an existing log path")
+        raise UsageError(f"no such file or directory: {missing[0]}; give an existing {what}")
     return [Path(p) for p in paths]
 
 
@@ -155,8 +159,9 @@ def _load_rules(paths: list[str] | None) -> RuleSet:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from trainsentry.rules.check import check_paths
+    from trainsentry.rules.loader import DEFAULT_PACK
 
-    _existing(args.paths)
+    _existing(args.paths, f"rule file or directory, or `{DEFAULT_PACK}`", also=DEFAULT_PACK)
     errors = check_paths(args.paths)
     for err in errors:
         print(err)
@@ -170,7 +175,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     from trainsentry.ruletest.command import run_tests
 
-    _existing(args.paths)
+    _existing(args.paths, "rule test file or directory")
     junit = Path(args.junit) if args.junit else None
     return run_tests(
         args.paths, out=sys.stdout, junit=junit, select=args.k, verbose=args.list_passing
