@@ -142,7 +142,7 @@ def test_a_bad_flag_is_one_line_pointing_at_help() -> None:
     assert (code, lines) == (
         2,
         [
-            "trainsentry run: argument --history: expected a number of seconds, got 'soon' "
-            "(see trainsentry run --help)"
+            "trainsentry run: argument --history: expected seconds or a duration like "
+            "`30s`, `5m`, `4h`, `2d`, got 'soon' (see trainsentry run --help)"
         ],
     )

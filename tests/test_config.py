@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from pathlib import Path
 
 import pytest
+from daemon_process import DaemonProcess
 
+from trainsentry.cli import build_parser
 from trainsentry.config import ENV_OVERRIDES, Config, ConfigError, HttpSettings, load_config
 from trainsentry.shard import Shard
 
@@ -273,3 +277,67 @@ def test_empty_sections_read_as_empty_but_an_empty_path_is_an_error(tmp_path: Pa
     assert errors_of(tmp_path, "watch: ['${UNSET-}']\n") == [
         "cfg:1:9: `watch[0]`: String should have at least 1 character"
     ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "text"),
+    [
+        ("--history", "history", "1h"),
+        ("--history", "history", "all"),
+        ("--poll", "poll", "2s"),
+        ("--poll", "poll", "off"),
+        ("--group-wait", "notify:\n  group_wait", "1m"),
+        ("--repeat-interval", "notify:\n  repeat_interval", "2h"),
+        ("--rate-limit", "notify:\n  rate_limit", "5/10m"),
+        ("--notify-timeout", "notify:\n  timeout", "3s"),
+    ],
+    ids=lambda value: str(value).split()[-1],
+)
+def test_duration_flags_take_what_the_config_file_takes(
+    tmp_path: Path, flag: str, key: str, text: str
+) -> None:
+    args = build_parser().parse_args(["run", flag, text])
+    dest = flag.lstrip("-").replace("-", "_")
+    config = load(tmp_path, f"{key}: {text!r}\n")
+    assert getattr(args, dest) == getattr(config, dest)
+
+
+def shows_old_alert(tmp_path: Path, *flags: str) -> bool:
+    """Whether `run` shows a NaN logged ten minutes ago: within its history horizon or not."""
+    run = tmp_path / "logs" / "exp"
+    if not run.exists():
+        run.mkdir(parents=True)
+        start = time.time() - 600
+        rows = [
+            {"step": s, "time": start + s, "loss": 1.0 if s < 5 else math.nan} for s in range(9)
+        ]
+        (run / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "trainsentry.yaml"
+    config.write_text("history: 5m\nhttp: off\n")
+    state = tmp_path / f"state{len(list(tmp_path.glob('state*')))}"
+    daemon = DaemonProcess(
+        str(run.parent),
+        "--config",
+        str(config),
+        "--state-dir",
+        str(state),
+        *flags,
+        merge_stderr=True,
+    )
+    try:
+        daemon.wait_for_text("caught up")
+    finally:
+        daemon.stop()
+    out = "".join(daemon.lines)
+    assert ("FIRING" in out) != ("historical transition" in out), out
+    return "FIRING" in out
+
+
+def test_flags_win_over_the_environment_which_wins_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not shows_old_alert(tmp_path)  # the file: 5m
+    assert shows_old_alert(tmp_path, "--history", "1h")
+    monkeypatch.setenv("TRAINSENTRY_HISTORY", "1h")
+    assert shows_old_alert(tmp_path)
+    assert not shows_old_alert(tmp_path, "--history", "5m")
