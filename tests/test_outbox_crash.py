@@ -60,6 +60,8 @@ def delivered(req: Request) -> list[tuple[str, int]]:
 
 
 def confirmed(state_db: Path) -> set[tuple[str, int]]:
+    if not state_db.exists():  # killed before it opened its state: nothing confirmed yet
+        return set()
     db = sqlite3.connect(state_db)
     try:
         rows = db.execute("SELECT payload FROM outbox WHERE sent IS NOT NULL").fetchall()
