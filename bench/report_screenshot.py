@@ -79,6 +79,7 @@ def main() -> None:
             load_rules(),
             compare=load_rules([str(root / "b.yaml")]),
             compare_label="b.yaml",
+            order="input",
         )
         write_report(report, text)
         profile = root / "profile"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 WAIT = 60.0
@@ -73,3 +74,26 @@ class DaemonProcess:
         assert self.proc.returncode == 0, output[-3000:]
         assert "Traceback" not in output, output[-3000:]
         return output
+
+
+def live_alerts(alerts: Path, *args: str) -> list[dict[str, Any]]:
+    """The transitions `run ARGS --alerts-jsonl ALERTS` writes once it has read all there is."""
+    daemon = DaemonProcess(*args, "--http", "off", "--alerts-jsonl", str(alerts), merge_stderr=True)
+    try:
+        daemon.wait_for_text("caught up")
+    finally:
+        daemon.stop()
+    assert daemon.proc.returncode == 0, "".join(daemon.lines[-20:])
+    return [json.loads(line) for line in alerts.read_text().splitlines()]
+
+
+def replayed_alerts(*args: str) -> list[dict[str, Any]]:
+    """`replay ARGS --format jsonl`, less the "run finished" resolves a live daemon never sends."""
+    out = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "replay", *args, "--format", "jsonl"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = [json.loads(line) for line in out.splitlines()]
+    return [t for t in found if t.get("reason") != "run finished"]

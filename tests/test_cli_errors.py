@@ -43,6 +43,33 @@ def test_a_missing_log_path_says_to_give_an_existing_one(
     )
 
 
+@pytest.mark.parametrize(
+    ("command", "what"),
+    [
+        ("check", "rule file or directory, or `default`"),
+        ("test", "rule test file or directory"),
+    ],
+)
+def test_a_missing_rule_path_says_what_to_give_not_a_log_path(
+    tmp_path: Path, command: str, what: str
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert trainsentry(command, str(missing)) == (
+        2,
+        [f"trainsentry: no such file or directory: {missing}; give an existing {what}"],
+    )
+
+
+def test_check_accepts_the_shipped_pack_by_name_as_rules_does() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "check", "default"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "trainsentry: default: ok\n", "")
+
+
 def test_a_bad_rule_file_names_the_line_and_nothing_runs(tmp_path: Path, logs: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n  - name: x\n    metric: loss\n    threshhold: {above: 1}\n")
@@ -115,7 +142,7 @@ def test_a_bad_flag_is_one_line_pointing_at_help() -> None:
     assert (code, lines) == (
         2,
         [
-            "trainsentry run: argument --history: expected a number of seconds, got 'soon' "
-            "(see trainsentry run --help)"
+            "trainsentry run: argument --history: expected seconds or a duration like "
+            "`30s`, `5m`, `4h`, `2d`, got 'soon' (see trainsentry run --help)"
         ],
     )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from pathlib import Path
 
 import pytest
+from daemon_process import DaemonProcess
 
+from trainsentry.cli import build_parser
 from trainsentry.config import ENV_OVERRIDES, Config, ConfigError, HttpSettings, load_config
 from trainsentry.shard import Shard
 
@@ -188,6 +192,17 @@ def test_secret_errors_point_at_the_key_and_never_print_the_secret(tmp_path: Pat
     assert all("secret-token-12345" not in e for e in errs)
 
 
+def test_a_route_apprise_does_not_know_is_an_error_at_its_line(tmp_path: Path) -> None:
+    errs = errors_of(
+        tmp_path,
+        "notify:\n  routes:\n    - json://127.0.0.1:1/ok\n    - url: jsn://h/secret-token-12345\n",
+    )
+    assert errs == [
+        "cfg:4:7: `notify.routes[1]`: jsn://(not an apprise URL): "
+        "not a URL apprise knows (check the scheme)"
+    ]
+
+
 def test_the_same_receiver_twice_is_an_error(tmp_path: Path) -> None:
     errs = errors_of(
         tmp_path,
@@ -262,3 +277,67 @@ def test_empty_sections_read_as_empty_but_an_empty_path_is_an_error(tmp_path: Pa
     assert errors_of(tmp_path, "watch: ['${UNSET-}']\n") == [
         "cfg:1:9: `watch[0]`: String should have at least 1 character"
     ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "text"),
+    [
+        ("--history", "history", "1h"),
+        ("--history", "history", "all"),
+        ("--poll", "poll", "2s"),
+        ("--poll", "poll", "off"),
+        ("--group-wait", "notify:\n  group_wait", "1m"),
+        ("--repeat-interval", "notify:\n  repeat_interval", "2h"),
+        ("--rate-limit", "notify:\n  rate_limit", "5/10m"),
+        ("--notify-timeout", "notify:\n  timeout", "3s"),
+    ],
+    ids=lambda value: str(value).split()[-1],
+)
+def test_duration_flags_take_what_the_config_file_takes(
+    tmp_path: Path, flag: str, key: str, text: str
+) -> None:
+    args = build_parser().parse_args(["run", flag, text])
+    dest = flag.lstrip("-").replace("-", "_")
+    config = load(tmp_path, f"{key}: {text!r}\n")
+    assert getattr(args, dest) == getattr(config, dest)
+
+
+def shows_old_alert(tmp_path: Path, *flags: str) -> bool:
+    """Whether `run` shows a NaN logged ten minutes ago: within its history horizon or not."""
+    run = tmp_path / "logs" / "exp"
+    if not run.exists():
+        run.mkdir(parents=True)
+        start = time.time() - 600
+        rows = [
+            {"step": s, "time": start + s, "loss": 1.0 if s < 5 else math.nan} for s in range(9)
+        ]
+        (run / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "trainsentry.yaml"
+    config.write_text("history: 5m\nhttp: off\n")
+    state = tmp_path / f"state{len(list(tmp_path.glob('state*')))}"
+    daemon = DaemonProcess(
+        str(run.parent),
+        "--config",
+        str(config),
+        "--state-dir",
+        str(state),
+        *flags,
+        merge_stderr=True,
+    )
+    try:
+        daemon.wait_for_text("caught up")
+    finally:
+        daemon.stop()
+    out = "".join(daemon.lines)
+    assert ("FIRING" in out) != ("historical transition" in out), out
+    return "FIRING" in out
+
+
+def test_flags_win_over_the_environment_which_wins_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not shows_old_alert(tmp_path)  # the file: 5m
+    assert shows_old_alert(tmp_path, "--history", "1h")
+    monkeypatch.setenv("TRAINSENTRY_HISTORY", "1h")
+    assert shows_old_alert(tmp_path)
+    assert not shows_old_alert(tmp_path, "--history", "5m")

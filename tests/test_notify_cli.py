@@ -64,6 +64,16 @@ def test_notify_test_succeeds_when_every_route_does(http: HttpReceiver) -> None:
         (["notify-test", "not-a-url"], "not a notification URL"),
         (["notify-test", "--alertmanager", "ftp://x"], "not an Alertmanager URL"),
         (["run", "--notify", "env:TRAINSENTRY_NO_SUCH_VAR", "."], "is not set"),
+        (
+            ["run", "--notify", "warnin:json://127.0.0.1:18081/x", "."],
+            "warnin:json://(not an apprise URL): not a URL apprise knows (check the scheme); "
+            "did you mean `warning:`",
+        ),
+        (
+            ["run", "--notify", "critical:foo://secret-token-1234", "."],
+            "foo://(not an apprise URL)",
+        ),
+        (["notify-test", "foo://x"], "foo://(not an apprise URL): not a URL apprise knows"),
     ],
 )
 def test_bad_routes_are_usage_errors_with_one_line(args: list[str], reason: str) -> None:
@@ -71,3 +81,4 @@ def test_bad_routes_are_usage_errors_with_one_line(args: list[str], reason: str)
     assert done.returncode == 2
     assert reason in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    assert "secret-token" not in done.stderr

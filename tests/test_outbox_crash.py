@@ -29,6 +29,8 @@ def start_daemon(tmp: Path, *notify: str) -> subprocess.Popen[bytes]:
 
 
 def confirmed(state_db: Path) -> set[tuple[str, int]]:
+    if not state_db.exists():  # killed before it opened its state: nothing confirmed yet
+        return set()
     db = sqlite3.connect(state_db)
     try:
         rows = db.execute("SELECT payload FROM outbox WHERE sent IS NOT NULL").fetchall()

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -45,46 +45,34 @@ def default_state_dir() -> Path:
     return Path(xdg) / "trainsentry"
 
 
-def _existing(paths: Sequence[str]) -> list[Path]:
-    missing = [p for p in paths if not os.path.exists(p)]
+def _existing(paths: Sequence[str], what: str = "log path", also: str | None = None) -> list[Path]:
+    """The paths, or a usage error naming the first missing one and what it should be.
+
+    `also` is a name that is not a path but accepted where `what` is (`default`).
+    """
+    missing = [p for p in paths if p != also and not os.path.exists(p)]
     if missing:
-        raise UsageError(f"no such file or directory: {missing[0]}; give an existing log path")
+        raise UsageError(f"no such file or directory: {missing[0]}; give an existing {what}")
     return [Path(p) for p in paths]
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
-    return value
+def _config_flag(key: str) -> Callable[[str], Any]:
+    """The config file's parser for `key` as an argparse type: `--history 1h` as `history: 1h`.
 
+    One parser for the file, the TRAINSENTRY_* variables and the flags, so they
+    take the same words. It is imported only when the flag is given (pydantic
+    costs a quarter second that `replay` and `dump` need not pay).
+    """
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
-    return value
+    def convert(text: str) -> Any:
+        from trainsentry.config.schema import FLAG_PARSERS
 
+        try:
+            return FLAG_PARSERS[key](text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-def _rate(text: str) -> tuple[int, float] | None:
-    if text in ("0", "none", "off"):
-        return None
-    count, _, period = text.partition("/")
-    try:
-        n, seconds = int(count), float(period)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected COUNT/SECONDS like 10/600, got {text!r}"
-        ) from None
-    if n < 1 or seconds <= 0:
-        raise argparse.ArgumentTypeError(f"expected COUNT >= 1 and SECONDS > 0, got {text!r}")
-    return n, seconds
+    return convert
 
 
 def _routes(args: argparse.Namespace, config: Config | None = None) -> list[Route]:
@@ -155,8 +143,9 @@ def _load_rules(paths: list[str] | None) -> RuleSet:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from trainsentry.rules.check import check_paths
+    from trainsentry.rules.loader import DEFAULT_PACK
 
-    _existing(args.paths)
+    _existing(args.paths, f"rule file or directory, or `{DEFAULT_PACK}`", also=DEFAULT_PACK)
     errors = check_paths(args.paths)
     for err in errors:
         print(err)
@@ -170,7 +159,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     from trainsentry.ruletest.command import run_tests
 
-    _existing(args.paths)
+    _existing(args.paths, "rule test file or directory")
     junit = Path(args.junit) if args.junit else None
     return run_tests(
         args.paths, out=sys.stdout, junit=junit, select=args.k, verbose=args.list_passing
@@ -210,11 +199,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
+            order="input",
         )
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")
         return 0
-    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format)
+    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format, order="input")
     return 0
 
 
@@ -235,7 +225,7 @@ def _run_config(args: argparse.Namespace) -> Config:
         raise UsageError(f"no such config file: {args.config}") from None
     given = vars(args)
     changes: dict[str, object] = {}
-    for key in ("history", "group_wait", "repeat_interval", "rate_limit", "notify_timeout"):
+    for key in ("history", "poll", "group_wait", "repeat_interval", "rate_limit", "notify_timeout"):
         if key in given:
             changes[key] = given[key]
     if args.rules:
@@ -243,8 +233,6 @@ def _run_config(args: argparse.Namespace) -> Config:
     for key in ("state_dir", "control_dir"):
         if given.get(key):
             changes[key] = Path(given[key])
-    if args.poll is not None:
-        changes["poll"] = args.poll
     if args.link_template:
         changes["link_template"] = args.link_template
     if args.shard:
@@ -355,10 +343,10 @@ def _route_arguments(group: argparse._ActionsContainer, positional: bool = False
     )
     group.add_argument(
         "--notify-timeout",
-        type=_positive_float,
+        type=_config_flag("notify_timeout"),
         default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="connect/read timeout of each send (default 10)",
+        metavar="DURATION",
+        help="connect/read timeout of each send (default 10s)",
     )
 
 
@@ -399,16 +387,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--alerts-jsonl", metavar="FILE", help="append alert transitions here")
     run.add_argument(
         "--history",
-        type=_positive_float,
+        type=_config_flag("history"),
         default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="show alerts from data older than this at startup (default 3600)",
+        metavar="DURATION",
+        help="at startup, show alerts from data at most this old (default 1h; 'all')",
     )
     run.add_argument(
         "--poll",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="poll every SECONDS instead of inotify (network filesystems are polled anyway)",
+        type=_config_flag("poll"),
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="poll this often instead of inotify, e.g. 5s (network filesystems are polled "
+        "anyway; 'off': inotify)",
     )
     run.add_argument(
         "-v", "--verbose", action="count", default=0, help="-v: log reads; -vv: print points"
@@ -417,24 +407,24 @@ def build_parser() -> argparse.ArgumentParser:
     _route_arguments(notify)
     notify.add_argument(
         "--group-wait",
-        type=_seconds,
+        type=_config_flag("group_wait"),
         default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="warnings wait this long to be batched per run (default 30; criticals go at once)",
+        metavar="DURATION",
+        help="warnings wait this long to be batched per run (default 30s; criticals go at once)",
     )
     notify.add_argument(
         "--repeat-interval",
-        type=_seconds,
+        type=_config_flag("repeat_interval"),
         default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="repeat a still-firing alert after this long (default 14400; 0: never)",
+        metavar="DURATION",
+        help="repeat a still-firing alert after this long (default 4h; 0: never)",
     )
     notify.add_argument(
         "--rate-limit",
-        type=_rate,
+        type=_config_flag("rate_limit"),
         default=argparse.SUPPRESS,
-        metavar="COUNT/SECONDS",
-        help="at most COUNT messages per SECONDS per receiver (default 10/600; 'off')",
+        metavar="COUNT/DURATION",
+        help="at most COUNT messages per DURATION per receiver (default 10/10m; 'off')",
     )
     notify.add_argument(
         "--control-dir",

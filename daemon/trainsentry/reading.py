@@ -6,11 +6,13 @@ exactly what the daemon would have read.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from trainsentry.point import Point
-from trainsentry.sources.discover import Root
+from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.tail import FileTail
 
 
@@ -22,31 +24,60 @@ def iter_batches(
     Raises FileNotFoundError for a path that does not exist: a typo on the
     command line deserves a clear error, not an empty result.
     """
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise FileNotFoundError(f"no such file or directory: {raw}")
-        root = Root.replayed(path)
-        for log in root.scan():
-            tail = FileTail(log)
-            try:
-                while True:
-                    got = tail.read()
-                    if on_error is not None:
-                        for err in got.errors:
-                            on_error(err)
-                        if got.unreadable:
-                            on_error(f"{tail.path}: {got.unreadable}")
-                    if got.points:
-                        yield got.points
-                    if not got.more:
-                        break
-            finally:
-                tail.close()
+    for log in _logs(paths):
+        yield from _read(log, on_error)
+
+
+def iter_files(
+    paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
+) -> Iterator[list[Point]]:
+    """Each file's points in file order, file by file in sorted order."""
+    for log in _logs(paths):
+        yield [p for batch in _read(log, on_error) for p in batch]
+
+
+def wall_order(point: Point) -> float:
+    """A point's place on the wall clock; a point with no usable time goes last."""
+    return point.wall_time if math.isfinite(point.wall_time) else math.inf
 
 
 def iter_points(
     paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
 ) -> Iterator[Point]:
-    for batch in iter_batches(paths, on_error):
-        yield from batch
+    """The points in the order a live daemon judges them.
+
+    Live, a run's files (Keras' train/ and validation/ writers, a resumed
+    run's second event file) are read interleaved as they are written, and
+    each file in its own order. So the files are merged by wall time, each kept
+    in file order: heapq.merge keeps each input's order even where its times
+    are not sorted (a clock stepped back), so one file is fed exactly as live
+    reads it, where sorting every point would reorder it.
+    """
+    yield from heapq.merge(*iter_files(paths, on_error), key=wall_order)
+
+
+def _logs(paths: Iterable[str | Path]) -> Iterator[LogFile]:
+    given = list(paths)
+    for raw in given:
+        if not Path(raw).exists():
+            raise FileNotFoundError(f"no such file or directory: {raw}")
+    for root in roots(given, replay=True):
+        yield from root.scan()
+
+
+def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
+    tail = FileTail(log)
+    try:
+        while True:
+            got = tail.read()
+            if on_error is not None:
+                for err in got.errors:
+                    on_error(err)
+                if got.unreadable:
+                    on_error(f"{tail.path}: {got.unreadable}")
+            if got.points:
+                yield got.points
+            if not got.more:
+                break
+    finally:
+        tail.close()

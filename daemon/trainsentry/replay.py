@@ -1,33 +1,28 @@
 """`trainsentry replay`: finished runs through the live engine, as a backtest.
 
 The engine is the one `run` uses; only the order of points is decided here.
-Files are read one after another, but a live daemon sees a run's files
-(Keras' train/ and validation/ writers, a resumed run's second event file)
-interleaved as they are written, and comparisons between series (validation
-against training loss) depend on that order. So points are fed in wall-time
-order by default; the sort is stable, so a single file with monotonic wall
-times is fed exactly in file order, as live.
+reading.iter_points already gives a backtest's points in the order a live
+daemon judges them (files merged by wall time, each in file order), so the
+command line feeds them as they come (order="input"). Points from elsewhere
+(synthetic series, one tag after another) are sorted by wall time first
+(order="time", stable, so ties keep their input order).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterable
 from typing import Literal, TextIO
 
 from trainsentry.point import Point
+from trainsentry.reading import wall_order
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.model import RuleSet
 
 __all__ = ["RuleFileError", "format_text", "load_rules", "replay", "replay_transitions"]
-
-
-def _order_key(point: Point) -> float:
-    return point.wall_time if math.isfinite(point.wall_time) else math.inf
 
 
 def replay_transitions(
@@ -38,7 +33,7 @@ def replay_transitions(
 ) -> list[Transition]:
     """Every transition of the runs in `points`, ending each run with "run finished"."""
     engine = Engine(rules if rules is not None else load_rules())
-    feed = sorted(points, key=_order_key) if order == "time" else points
+    feed = sorted(points, key=wall_order) if order == "time" else points
     out = engine.feed_all(feed)
     out.extend(engine.finish_all())
     return out

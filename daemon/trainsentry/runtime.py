@@ -28,7 +28,7 @@ from typing import Protocol
 
 from trainsentry.point import Point
 from trainsentry.sources.access import AccessProblems
-from trainsentry.sources.discover import LogFile, Root, classify
+from trainsentry.sources.discover import LogFile, classify, roots
 from trainsentry.sources.tail import FileTail, still_valid
 from trainsentry.state import Checkpoint, StateDB
 from trainsentry.watcher import (
@@ -124,7 +124,7 @@ class Daemon:
         memory: Memory | None = None,
         snapshot_every: float = SNAPSHOT_SECONDS,
     ) -> None:
-        self.roots = [Root.watched(Path(p)) for p in paths]
+        self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
         self.poll = poll

@@ -11,6 +11,7 @@ and changing a route's filter keeps its queue.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -86,7 +87,19 @@ def parse_notify(text: str, **timing: float) -> Route:
     url = resolve_secret(text)
     if "://" not in url:
         raise RouteError(f"not a notification URL: {mask_url(url)!r} (expected scheme://...)")
+    from trainsentry.sinks.apprise_sink import UNKNOWN, unknown_url
+
+    unknown = unknown_url(url)
+    if unknown is not None:
+        raise RouteError(f"{unknown}: {UNKNOWN}{_severity_hint(url)}")
     return Route("apprise", url, min_severity=min_severity, **timing)  # type: ignore[arg-type]
+
+
+def _severity_hint(url: str) -> str:
+    """`warnin:json://...` is a misspelt severity prefix, not a scheme: say so."""
+    prefix, colon, _ = url.partition(":")
+    close = difflib.get_close_matches(prefix.lower(), SEVERITY_RANK, n=1) if colon else []
+    return f"; did you mean `{close[0]}:` (the severity prefix)?" if close else ""
 
 
 def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Route:

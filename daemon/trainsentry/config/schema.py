@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -67,7 +67,15 @@ def seconds(value: Any) -> float:
     return amount
 
 
-def _poll(value: Any) -> float | None:
+def positive_seconds(value: Any) -> float:
+    """A duration that must not be zero (a timeout)."""
+    amount = seconds(value)
+    if amount <= 0:
+        raise ValueError(f"expected {DURATION_HELP} > 0, got {value!r}")
+    return amount
+
+
+def parse_poll(value: Any) -> float | None:
     if _is_off(value):
         return None
     amount = seconds(value)
@@ -76,14 +84,14 @@ def _poll(value: Any) -> float | None:
     return amount
 
 
-def _horizon(value: Any) -> float:
+def parse_horizon(value: Any) -> float:
     if isinstance(value, str) and value.lower() in ("all", "inf", "forever"):
         return math.inf  # alert on all history at startup
     return seconds(value)
 
 
-def _rate(value: Any) -> tuple[int, float] | None:
-    if _is_off(value) or value == 0:
+def parse_rate(value: Any) -> tuple[int, float] | None:
+    if _is_off(value) or value == 0 or value == "0":
         return None
     help_ = "expected COUNT/DURATION like `10/10m`, or `off`"
     if not isinstance(value, str) or value.count("/") != 1:
@@ -95,6 +103,18 @@ def _rate(value: Any) -> tuple[int, float] | None:
     if per <= 0:
         raise ValueError(f"{help_}; DURATION must be positive")
     return int(count), per
+
+
+# The command line's flags for these keys (argparse dests) take what the file
+# and the TRAINSENTRY_* variables take, through the same parsers (cli.py).
+FLAG_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "history": parse_horizon,
+    "poll": parse_poll,
+    "group_wait": seconds,
+    "repeat_interval": seconds,
+    "rate_limit": parse_rate,
+    "notify_timeout": positive_seconds,
+}
 
 
 def _address(value: Any) -> tuple[str, int] | None:
@@ -152,9 +172,10 @@ def _http_shorthand(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(seconds)]
-Poll = Annotated[float | None, BeforeValidator(_poll)]
-Horizon = Annotated[float, BeforeValidator(_horizon)]
-RateLimit = Annotated[tuple[int, float] | None, BeforeValidator(_rate)]
+PositiveSeconds = Annotated[float, BeforeValidator(positive_seconds)]
+Poll = Annotated[float | None, BeforeValidator(parse_poll)]
+Horizon = Annotated[float, BeforeValidator(parse_horizon)]
+RateLimit = Annotated[tuple[int, float] | None, BeforeValidator(parse_rate)]
 Address = Annotated[tuple[str, int] | None, BeforeValidator(_address)]
 ShardField = Annotated[Shard, BeforeValidator(_shard)]
 Paths = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_one_or_many)]
@@ -268,14 +289,7 @@ class NotifySpec(Strict):
     group_wait: Seconds = 30.0
     repeat_interval: Seconds = 4 * 3600.0
     rate_limit: RateLimit = (10, 600.0)
-    timeout: Seconds = 10.0
-
-    @field_validator("timeout")
-    @classmethod
-    def _positive(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError("expected a timeout > 0")
-        return value
+    timeout: PositiveSeconds = 10.0
 
 
 class HttpSpec(_Secret):

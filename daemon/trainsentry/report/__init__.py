@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from trainsentry.point import Point
 from trainsentry.replay import replay_transitions
@@ -28,17 +29,22 @@ def build_report(
     label: str = "default pack",
     compare_label: str = "B",
     title: str = "trainsentry backtest",
+    order: Literal["time", "input"] = "time",
 ) -> str:
-    """The HTML text of the report; `compare` adds the pack-against-pack section."""
+    """The HTML text of the report; `compare` adds the pack-against-pack section.
+
+    `order` as in replay_transitions: "input" for reading.iter_points, already
+    in the order a live daemon judges the points.
+    """
     from trainsentry.report.compare import compare_runs, compare_section
     from trainsentry.report.page import header, page, runs_section, summary_section
 
     feed = list(points)
     grouped = group_points(feed)
-    runs = build_runs(grouped, replay_transitions(feed, rules))
+    runs = build_runs(grouped, replay_transitions(feed, rules, order=order))
     body = [header(title, runs, rules, label), summary_section(runs)]
     if compare is not None:
-        other = build_runs(grouped, replay_transitions(feed, compare))
+        other = build_runs(grouped, replay_transitions(feed, compare, order=order))
         body.append(compare_section(compare_runs(runs, other), label, compare_label))
     body.append(runs_section(runs, rules))
     return page(title, body)

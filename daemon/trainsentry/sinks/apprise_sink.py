@@ -57,15 +57,34 @@ def classify_failure(lines: Iterable[str], timed_out: bool) -> SendResult:
     return SendResult.retry(text or "failed (no reason given)")
 
 
+UNKNOWN = "not a URL apprise knows (check the scheme)"
+
+
+def _service(url: str) -> Any:
+    """apprise's plugin for `url`, None for a URL no plugin takes (a typo in the scheme)."""
+    import apprise
+
+    return apprise.Apprise.instantiate(url)
+
+
+def unknown_url(url: str) -> str | None:
+    """None if apprise can send to `url`, else its masked name: only the scheme is shown.
+
+    The one check behind both `notify-test` and the routes of `run`, so a typo
+    is refused at startup instead of every notification failing later.
+    """
+    return None if _service(url) is not None else f"{url.split('://', 1)[0]}://(not an apprise URL)"
+
+
 class AppriseSink:
     def __init__(self, url: str, timeout: float) -> None:
         import apprise
 
         self._apprise = apprise.Apprise()
-        service = apprise.Apprise.instantiate(url)
+        service = _service(url)
         self.valid = service is not None
         if service is None:
-            self.name = f"{url.split('://', 1)[0]}://(not an apprise URL)"
+            self.name = unknown_url(url) or url
             self.takes_attachments = False
             return
         for attr in ("socket_connect_timeout", "socket_read_timeout"):
@@ -80,7 +99,7 @@ class AppriseSink:
 
     def send(self, message: Message) -> SendResult:
         if not self.valid:
-            return SendResult.fatal("not a URL apprise knows (check the scheme)")
+            return SendResult.fatal(UNKNOWN)
         from apprise import AppriseAttachment
         from apprise.result import AppriseResultStatus
 

@@ -10,6 +10,7 @@ with their name as a tag prefix, so `validation/epoch_loss` sits beside
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,8 @@ class Root:
 
     `run PATH` names runs relative to PATH; `replay PATH` and `dump PATH`
     relative to PATH's parent, so a single run directory keeps its name.
+    Several paths are named as `roots` says. A file given as a path is read
+    as the run its directory is.
     """
 
     top: Path
@@ -77,12 +80,12 @@ class Root:
     @classmethod
     def watched(cls, path: Path) -> Root:
         path = path.absolute()
-        return cls(top=path, rel_root=path, name=path.name or "root")
+        home = _home(path)
+        return cls(top=path, rel_root=home, name=home.name or "root")
 
     @classmethod
-    def replayed(cls, path: Path) -> Root:
-        path = path.absolute()
-        return cls(top=path, rel_root=path.parent, name=path.parent.name or "root")
+    def under(cls, path: Path, base: Path) -> Root:
+        return cls(top=path, rel_root=base, name=base.name or "root")
 
     def describe(self, path: Path) -> LogFile | None:
         kind = classify(path.name)
@@ -125,3 +128,45 @@ class Root:
                 if found is not None:
                     out.append(found)
         return out, walked
+
+
+def _home(path: Path) -> Path:
+    """The directory a path's runs start at: a file belongs to the run of its directory."""
+    return path.parent if path.is_file() else path
+
+
+def roots(paths: Iterable[str | Path], *, replay: bool) -> list[Root]:
+    """The roots of `run PATH ...` (replay=False) or `replay`/`dump PATH ...` (replay=True).
+
+    One `run` root keeps naming runs relative to itself, as it always has. With
+    several, `roots/A/exp` and `roots/B/exp` would both be `exp`: one run, its
+    alerts mixed and its stop file written into whichever job was found first.
+    So each root's runs are named under the root's own name, relative to its
+    parent, as replay names them, and live and replay agree. Where two roots
+    share a name (`/x/logs`, `/y/logs`), as many parent directories are kept
+    as tell them apart (`x/logs/exp`, `y/logs/exp`).
+    """
+    given = list(dict.fromkeys(Path(p).absolute() for p in paths))
+    if len(given) == 1 and not replay:
+        return [Root.watched(given[0])]
+    homes = [_home(p) for p in given]
+    return [Root.under(p, base) for p, base in zip(given, _bases(homes), strict=True)]
+
+
+def _bases(homes: list[Path]) -> list[Path]:
+    """Each directory's nearest ancestor that gives it a name no other directory has."""
+    depth = dict.fromkeys(homes, 1)
+    while True:
+        owners: dict[tuple[str, ...], set[Path]] = {}
+        for home, k in depth.items():
+            owners.setdefault(home.parts[-k:], set()).add(home)
+        grow = [
+            home
+            for home, k in depth.items()
+            if len(owners[home.parts[-k:]]) > 1 and k < len(home.parts) - 1
+        ]
+        if not grow:
+            break
+        for home in grow:
+            depth[home] += 1
+    return [home.parents[depth[home] - 1] if len(home.parts) > 1 else home for home in homes]
