@@ -101,6 +101,25 @@ def test_yaml_syntax_errors_carry_their_position(tmp_path: Path) -> None:
     assert err.startswith("rules.yaml:4:1: YAML syntax:")
 
 
+def test_a_duplicate_rule_is_reported_with_the_other_errors_not_after_them(
+    tmp_path: Path,
+) -> None:
+    errs = errors_of(
+        tmp_path,
+        """rules:
+  - {name: a, metric: loss, non_finite: {}, threshold: {above: 1}}
+  - {name: a, metric: loss, non_finite: {}}
+  - {name: b, metrc: loss, non_finite: {}}
+""",
+    )
+    assert [e.split(": ", 1)[0] for e in errs] == [
+        "rules.yaml:2:5",
+        "rules.yaml:3:12",
+        "rules.yaml:4:15",
+    ]
+    assert "defined twice" in errs[1] and "did you mean `metric`" in errs[2]
+
+
 def test_duplicate_keys_and_duplicate_rules_are_errors(tmp_path: Path) -> None:
     errs = errors_of(
         tmp_path,

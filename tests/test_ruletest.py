@@ -216,6 +216,20 @@ def test_mistakes_in_a_test_file_are_reported_at_file_line_col(
     assert [e for e in caught.value.errors if e.startswith(f"{path}{error}")], caught.value.errors
 
 
+def test_a_misspelt_key_does_not_hide_the_other_mistakes_of_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "rule_files: [default]\ntests:\n"
+        "  - name: a\n    intervl: 10\n    series: {loss: '1 (2'}\n"
+        "    expect_transitions: [{step: 1, rule: nosuch}]\n"
+        "  - name: b\n    series: {loss: '1 2x'}\n    expect_transitions: []\n",
+    )
+    with pytest.raises(ruletest.TestFileError) as caught:
+        load_test_file(path)
+    where = [e[len(str(path)) :].split(": ", 1)[0] for e in caught.value.errors]
+    assert where == [":4:5", ":5:23", ":6:42", ":8:23"], caught.value.errors
+
+
 def test_a_broken_test_file_fails_the_run_but_not_the_other_files(tmp_path: Path) -> None:
     good = write(tmp_path, NAN_CASE.replace("STEP", "210"), name="good_test.yaml")
     bad = write(tmp_path, "rule_files: [default]\ntests: []\n", name="bad_test.yaml")

@@ -217,11 +217,28 @@ def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, MarkedDocument]:
             nodes[0].start_mark, "expected a mapping with `rules:` (and optionally `aliases:`)"
         )
         return None, doc
+    _duplicate_names(data, doc)  # on the raw data: with every other error, not after them
     try:
         return RuleFileSpec.model_validate(data), doc
     except ValidationError as exc:
         report(exc, doc, RuleFileSpec)
         return None, doc
+
+
+def _duplicate_names(data: dict[str, Any], doc: MarkedDocument) -> None:
+    rules = data.get("rules")
+    if not isinstance(rules, list):
+        return
+    names: set[str] = set()
+    for i, rule in enumerate(rules):
+        name = rule.get("name") if isinstance(rule, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in names:
+            doc.error(
+                doc.values.get(("rules", i, "name")), f"rule `{name}` is defined twice in this file"
+            )
+        names.add(name)
 
 
 def default_pack_text() -> str:
@@ -239,12 +256,8 @@ def parse_text(text: str, name: str = "<rules>") -> ParsedFile:
     """One file's rules and aliases; raises RuleFileError with all its errors."""
     spec, doc = _parse(text, name)
     parsed = ParsedFile([], [], dict(spec.aliases) if spec else {})
-    names: set[str] = set()
     for i, rule in enumerate(spec.rules if spec else ()):
         mark = doc.values.get(("rules", i, "name"))
-        if rule.name in names:
-            doc.error(mark, f"rule `{rule.name}` is defined twice in this file")
-        names.add(rule.name)
         if rule.enabled:
             parsed.rules.append(rule.to_rule(f"{name}:{mark.line + 1}" if mark else name))
         else:

@@ -14,7 +14,7 @@ import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -250,12 +250,13 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
 
 def _rules(spec: TestFileSpec, path: Path, doc: MarkedDocument) -> RuleSet | None:
     paths: list[str] = []
+    before = len(doc.errors)
     for k, name in enumerate(spec.rule_files):
         target = name if name == DEFAULT_PACK else str(path.parent / name)
         if target != DEFAULT_PACK and not Path(target).exists():
             doc.error(doc.values.get(("rule_files", k)), f"no such rule file: {target}")
         paths.append(target)
-    if doc.errors:
+    if len(doc.errors) > before:
         return None
     try:
         return load_rules(paths)
@@ -287,15 +288,52 @@ def load_test_file(path: str | Path) -> TestFile:
             node.start_mark if node else None, "expected a mapping with `rule_files:` and `tests:`"
         )
         raise TestFileError(doc.rendered())
+    spec: TestFileSpec | None
     try:
         spec = TestFileSpec.model_validate(data)
+        valid = list(enumerate(spec.tests))
     except ValidationError as exc:
         report(exc, doc, TestFileSpec)
-        raise TestFileError(doc.rendered()) from None
+        spec, valid = _valid_parts(data)
+    if spec is None:
+        raise TestFileError(doc.rendered())
     rules = _rules(spec, path, doc)
     if rules is None:
         raise TestFileError(doc.rendered())
-    cases = [_case(case, i, doc, rules) for i, case in enumerate(spec.tests)]
+    cases = [_case(case, i, doc, rules) for i, case in valid]
     if doc.errors:
         raise TestFileError(doc.rendered())
     return TestFile(str(path), rules, [c for c in cases if c is not None])
+
+
+def _valid_parts(data: dict[str, Any]) -> tuple[TestFileSpec | None, list[tuple[int, CaseSpec]]]:
+    """The rule files and the cases that validate on their own, by their index.
+
+    A typo in one case must not hide the bad tokens and unknown rule names of
+    the others (or of itself, once fixed): every error is reported at once.
+    """
+    raw = data.get("tests")
+    valid: list[tuple[int, CaseSpec]] = []
+    for i, case in enumerate(raw if isinstance(raw, list) else ()):
+        try:
+            valid.append((i, CaseSpec.model_validate(case)))
+            continue
+        except ValidationError as exc:  # reported already, at its own lines
+            unknown = {e["loc"][0] for e in exc.errors() if e["type"] == "extra_forbidden"}
+        if not unknown or not isinstance(case, dict):
+            continue
+        try:  # a misspelt key aside, the rest of the case may have more to say
+            valid.append(
+                (i, CaseSpec.model_validate({k: v for k, v in case.items() if k not in unknown}))
+            )
+        except ValidationError:
+            continue
+    if not valid:
+        return None, []
+    try:
+        spec = TestFileSpec.model_validate(
+            {"rule_files": data.get("rule_files"), "tests": [valid[0][1]]}
+        )
+    except ValidationError:
+        return None, []
+    return spec, valid
