@@ -299,3 +299,31 @@ def test_a_rule_edited_while_the_daemon_was_down_resolves_its_alert_at_the_resta
     assert alerts(tmp_path) == [("firing", 10), ("resolved", 19)]
     resolved = json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[-1])
     assert resolved["reason"] == "rule changed"
+
+
+def test_a_quiet_run_still_shows_its_last_step_and_series_after_a_restart(
+    tmp_path: Path, job: Path
+) -> None:
+    write(job, range(0, 20), range(0, 20))
+    first = start(tmp_path)
+    first.wait_until(lambda: ("firing", 10) in alerts(tmp_path))
+    first.stop()
+    address = f"127.0.0.1:{free_port()}"
+    second = start(tmp_path, "--http", address)  # nothing new is written
+    runs: list[dict[str, object]] = []
+
+    def published() -> bool:
+        nonlocal runs
+        try:
+            with urllib.request.urlopen(f"http://{address}/api/runs", timeout=10) as response:
+                runs = json.loads(response.read())["runs"]
+        except OSError:  # not listening yet
+            return False
+        return bool(runs) and runs[0].get("series") == 1
+
+    try:
+        wait_until(published)
+    finally:
+        second.stop()
+    assert (runs[0]["run"], runs[0]["last_step"]) == ("exp1", 19), runs
+    assert [a["rule"] for a in runs[0]["firing"]] == ["loss_high"]  # type: ignore[union-attr]

@@ -135,12 +135,15 @@ class Service:
         loaded = snapshot.load(blob)
         if loaded is None:
             return False
-        self.engine, self.notifier.book = loaded
+        self.engine, self.notifier.book = loaded.engine, loaded.book
+        self.store.extend(loaded.lasts)
         self._restored = self.engine.reload(self._ruleset)  # rules edited while it was down
         return True
 
     def dump(self) -> bytes:
-        return snapshot.dump(self.engine, self.notifier.book)
+        store = self.store
+        lasts = [s.last for run in store.runs() for s in store.series(run).values()]
+        return snapshot.dump(self.engine, self.notifier.book, lasts)
 
     def relearn(self, points: list[Point]) -> None:
         self.store.extend(points)

@@ -29,17 +29,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainsentry import __version__
 from trainsentry.alerts.grouping import FiringBook
+from trainsentry.point import Point
 from trainsentry.rules.engine import Engine
 
 log = logging.getLogger(__name__)
 
 
 _PACKAGE = Path(__file__).resolve().parent
-_PICKLED_MODULES = ("point.py", "rules", "alerts/grouping.py")
+_PICKLED_MODULES = ("snapshot.py", "point.py", "rules", "alerts/grouping.py")
 
 
 def code_digest() -> str:
@@ -54,18 +56,28 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def dump(engine: Engine, book: FiringBook) -> bytes:
-    return pickle.dumps((engine, book), protocol=pickle.HIGHEST_PROTOCOL)
+@dataclass(frozen=True, slots=True)
+class Saved:
+    engine: Engine
+    book: FiringBook
+    # The newest point of every series: the evidence store itself is not saved
+    # (too large), but without these a quiet run would show no step, no age and
+    # no series after a restart while its alerts fire.
+    lasts: list[Point]
 
 
-def load(blob: bytes) -> tuple[Engine, FiringBook] | None:
+def dump(engine: Engine, book: FiringBook, lasts: list[Point]) -> bytes:
+    return pickle.dumps(Saved(engine, book, lasts), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load(blob: bytes) -> Saved | None:
     """The saved state, or None (said in the log) when it cannot be used."""
     try:
-        engine, book = pickle.loads(blob)
+        saved = pickle.loads(blob)
     except Exception as exc:  # a damaged blob must not stop the daemon: relearn instead
         log.warning("saved alert state unreadable (%s); relearning from the logs", exc)
         return None
-    if not isinstance(engine, Engine) or not isinstance(book, FiringBook):
+    if not isinstance(saved, Saved):
         log.warning("saved alert state is of another kind; relearning from the logs")
         return None
-    return engine, book
+    return saved
