@@ -91,7 +91,7 @@ def test_sighup_reloads_rules_and_keeps_the_old_ones_when_the_new_are_broken(
         merge_stderr=True,
     )
     try:
-        daemon.wait_for_text("with 1 rules")
+        daemon.wait_for_text("with 1 rule ")
         rules.write_text("rules:\n  - name: broken\n    metric: loss\n    severity: loud\n")
         daemon.proc.send_signal(signal.SIGHUP)
         assert "mine.yaml:4:15" in daemon.wait_for_text("mine.yaml:")

@@ -261,8 +261,9 @@ class Service:
         self.start_http()
         where = ", ".join(str(r.top) for r in self.daemon.roots)
         api = f", API on http://{self.config.http.address}" if self.http else ""
+        n = len(self.engine.rules)
         print(
-            f"trainsentry {__version__}: watching {where} with {len(self.engine.rules)} rules "
+            f"trainsentry {__version__}: watching {where} with {n} rule{'' if n == 1 else 's'} "
             f"(state in {self.state_dir}{api}; {self.config.describe()})",
             flush=True,
         )

@@ -71,7 +71,7 @@ class Config:
 
     def describe(self) -> str:
         """One line for the startup log, with no secret in it (so no URL either)."""
-        parts = [f"config {self.source}" if self.source else "embedded defaults"]
+        parts = [f"config {self.source}" if self.source else "no config file"]
         if self.shard.count > 1:
             parts.append(f"shard {self.shard}")
         parts.append(f"http {self.http.address}" if self.http.enabled else "http off")
