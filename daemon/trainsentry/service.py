@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 # The loop turns at least this often, idle or not, so heartbeats (healthz,
 # systemd's watchdog) mean "the loop is alive", not "something was written".
 HEARTBEAT_SECONDS = 5.0
+# No-data deadlines and repeat intervals are checked this often, not every cycle:
+# with a thousand live runs the loop cycles many times a second, and each check
+# walks every run's clocks.
+TICK_SECONDS = 1.0
 # The stuck-loop guard is generous: killing a healthy daemon in a long
 # backfill would be worse than restarting a hung one a minute late.
 STUCK_SECONDS = 300.0
@@ -109,6 +113,7 @@ class Service:
         self.board = SnapshotBoard()
         self.http: ApiServer | None = None
         self._reload_requested = False
+        self._next_tick = 0.0
 
     # -- the pipeline ---------------------------------------------------------
 
@@ -174,8 +179,11 @@ class Service:
         if self._reload_requested:
             self._reload_requested = False
             self.reload()
-        self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
-        self.notifier.tick()
+        now = time.monotonic()
+        if now >= self._next_tick:  # deadlines are minutes; a busy loop cycles 100s of times/s
+            self._next_tick = now + TICK_SECONDS
+            self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
+            self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()
         self.board.refresh(
