@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from trainsentry.sources.discover import Root
-from trainsentry.sources.tail import FileTail, still_valid
+from trainsentry.sources.tail import FileTail
 from trainsentry.state import Checkpoint, StateDB
 
 
@@ -199,14 +199,18 @@ def test_relearning_from_the_start_keeps_the_committed_checkpoint_until_done(
     assert steps(again) == [3]
 
 
-def test_a_checkpoint_of_a_file_rewritten_since_is_not_valid(tmp_path: Path) -> None:
+def test_a_file_rewritten_since_its_checkpoint_relearns_nothing_and_delivers_anew(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(line(0, 1.0) + line(1, 0.9))
     tail = tail_of(path)
     steps(tail)
     committed = tail.checkpoint()
-    assert still_valid(str(path), committed)
     with path.open("r+b") as f:  # rewritten in place: same inode, other content
         f.write(line(7, 5.0))
-    assert not still_valid(str(path), committed)
-    assert not still_valid(str(tmp_path / "gone.jsonl"), committed)
+    again = tail_of(path, committed, relearn_from=Checkpoint(str(path), 0, 0, b"", 0))
+    got = again.read()
+    assert got.replayed == []  # none of it was told before: nothing passes as relearned
+    assert 7 in [p.step for p in got.points]
+    assert not again.relearning

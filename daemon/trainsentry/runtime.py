@@ -29,7 +29,7 @@ from typing import Protocol
 from trainsentry.point import Point
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
-from trainsentry.sources.tail import FileTail, still_valid
+from trainsentry.sources.tail import FileTail
 from trainsentry.state import Checkpoint, StateDB
 from trainsentry.watcher import (
     Watcher,
@@ -331,8 +331,8 @@ class Daemon:
         start = self._relearn_from.pop(key, None)
         if start is None or not start.same_file(committed) or start.offset > committed.offset:
             start = Checkpoint(key, 0, 0, b"", 0)
-        if start.offset == committed.offset or not still_valid(key, committed):
-            return FileTail(found, committed)  # nothing to relearn, or rewritten: read anew
+        if start.offset == committed.offset:
+            return FileTail(found, committed)  # nothing to relearn
         return FileTail(found, committed, relearn_from=start)
 
     def _read(self, keys: set[str]) -> int:

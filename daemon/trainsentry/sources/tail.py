@@ -48,19 +48,8 @@ class TailRead:
     replayed: list[Point] = field(default_factory=list)  # read again to relearn, see above
 
 
-def still_valid(path: str, cp: Checkpoint) -> bool:
-    """The file at `path` is the one `cp` was taken of, unchanged up to its offset."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        return _matches(fd, cp)
-    finally:
-        os.close(fd)
-
-
 def _matches(fd: int, cp: Checkpoint) -> bool:
+    """The open file is the one `cp` was taken of, unchanged up to its offset."""
     st = os.fstat(fd)
     if (cp.dev, cp.ino) != (st.st_dev, st.st_ino) or st.st_size < cp.offset:
         return False
@@ -80,9 +69,8 @@ class FileTail:
         """Resume at `checkpoint`; or, with `relearn_from` (an earlier checkpoint of
         the same file, or one at offset 0), re-read from there up to it first; the
         read that finishes relearning stops there (`more` if new data follows).
-
-        The caller checks that `checkpoint` still holds (`still_valid`): a file
-        rewritten since holds new points that must not pass as replayed.
+        A file rewritten since `checkpoint` relearns nothing: what it holds now
+        is new and must not pass as replayed.
         """
         self.log = log
         self.path = str(log.path)
@@ -178,6 +166,9 @@ class FileTail:
             return False
         st = os.fstat(fd)
         self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
+        if self._committed is not None and not _matches(fd, self._committed):
+            # Rewritten or replaced since the last process committed: resume as it would.
+            self._resume, self._committed, self._replay_until = self._committed, None, None
         cp, self._resume = self._resume, None
         if cp is not None and (cp.dev, cp.ino) == (st.st_dev, st.st_ino):
             if _matches(fd, cp):
