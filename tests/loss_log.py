@@ -2,13 +2,15 @@
 
 Shared by the tests that run the real daemon against a local receiver: one
 critical rule, chunks written in one write each (the daemon reads a chunk in
-one cycle), and the (state, step) pairs a json:// message carried.
+one cycle), the (state, step) pairs a json:// message carried, and those the
+outbox confirmed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from pathlib import Path
 
@@ -33,6 +35,18 @@ def write_chunk(path: Path, steps: range, high: set[int]) -> None:
     ]
     with path.open("a") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def confirmed(state_db: Path) -> set[tuple[str, int]]:
+    """(state, step) of each notification the outbox in `state_db` shows as sent."""
+    if not state_db.exists():  # killed before it opened its state: nothing confirmed yet
+        return set()
+    db = sqlite3.connect(state_db)
+    try:
+        rows = db.execute("SELECT payload FROM outbox WHERE sent IS NOT NULL").fetchall()
+    finally:
+        db.close()
+    return {(p["alert"]["state"], p["alert"]["step"]) for p in (json.loads(r[0]) for r in rows)}
 
 
 def delivered(req: Request) -> list[tuple[str, int]]:

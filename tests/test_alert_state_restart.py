@@ -22,25 +22,18 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import loss_log
 import pytest
 from daemon_process import DaemonProcess
+from loss_log import confirmed, delivered
 from notify_endpoints import HttpReceiver, Request, free_port
 from prometheus_client.parser import text_string_to_metric_families
-from test_outbox_crash import confirmed, delivered
 
 from trainsentry.reading import iter_points
 from trainsentry.replay import replay_transitions
 from trainsentry.rules.loader import load_rules
 
-RULES = """\
-version: 1
-rules:
-  - name: loss_high
-    metric: loss
-    severity: critical
-    threshold: {above: 10}
-    for: 10 steps
-"""
+RULES = loss_log.RULES + "    for: 10 steps\n"  # the shared critical, held for 10 steps
 
 
 def write(path: Path, steps: range, high: range) -> None:
@@ -91,6 +84,14 @@ def wait_until(check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def fire_and_stop(tmp: Path, job: Path) -> None:
+    """A life that sees loss_high fire at step 10 and stops cleanly while it fires."""
+    write(job, range(0, 20), range(0, 20))
+    first = start(tmp)
+    first.wait_until(lambda: ("firing", 10) in alerts(tmp))
+    first.stop()
 
 
 @pytest.fixture
@@ -286,10 +287,7 @@ def test_a_rule_edited_while_the_daemon_was_down_resolves_its_alert_at_the_resta
     tmp_path: Path, job: Path
 ) -> None:
     """A restart is how most people deploy a rule change: it acts like SIGHUP's reload."""
-    write(job, range(0, 20), range(0, 20))
-    first = start(tmp_path)
-    first.wait_until(lambda: ("firing", 10) in alerts(tmp_path))
-    first.stop()
+    fire_and_stop(tmp_path, job)
     (tmp_path / "rules.yaml").write_text(RULES.replace("above: 10", "above: 30"))
     second = start(tmp_path)
     second.wait_until(lambda: ("resolved", 19) in alerts(tmp_path))
@@ -304,10 +302,7 @@ def test_a_rule_edited_while_the_daemon_was_down_resolves_its_alert_at_the_resta
 def test_a_quiet_run_still_shows_its_last_step_and_series_after_a_restart(
     tmp_path: Path, job: Path
 ) -> None:
-    write(job, range(0, 20), range(0, 20))
-    first = start(tmp_path)
-    first.wait_until(lambda: ("firing", 10) in alerts(tmp_path))
-    first.stop()
+    fire_and_stop(tmp_path, job)
     address = f"127.0.0.1:{free_port()}"
     second = start(tmp_path, "--http", address)  # nothing new is written
     runs: list[dict[str, object]] = []

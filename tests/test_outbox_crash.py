@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-from loss_log import RULES, delivered, write_chunk
+from loss_log import RULES, confirmed, delivered, write_chunk
 from notify_endpoints import HttpReceiver, Request
 
 SECRET = "s3cr3t-t0ken-9f8e7d"
@@ -26,17 +25,6 @@ def start_daemon(tmp: Path, *notify: str) -> subprocess.Popen[bytes]:
         args += ["--notify", url]
     log = (tmp / "daemon.log").open("ab")
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-
-
-def confirmed(state_db: Path) -> set[tuple[str, int]]:
-    if not state_db.exists():  # killed before it opened its state: nothing confirmed yet
-        return set()
-    db = sqlite3.connect(state_db)
-    try:
-        rows = db.execute("SELECT payload FROM outbox WHERE sent IS NOT NULL").fetchall()
-    finally:
-        db.close()
-    return {(p["alert"]["state"], p["alert"]["step"]) for p in (json.loads(r[0]) for r in rows)}
 
 
 def test_kill_9_during_delivery_loses_nothing_and_repeats_nothing_confirmed(tmp_path: Path) -> None:
