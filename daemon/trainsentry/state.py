@@ -113,7 +113,6 @@ class Snapshot:
     """Saved alert state and the read position of each file it has seen."""
 
     blob: bytes
-    taken: float
     offsets: dict[str, Checkpoint]
 
 
@@ -138,10 +137,10 @@ class StateDB:
 
     def load_snapshot(self, digest: str) -> Snapshot | None:
         """The saved alert state, if one was saved by code of this `digest`."""
-        row = self._db.execute("SELECT digest, taken, blob FROM snapshot WHERE id = 1").fetchone()
+        row = self._db.execute("SELECT digest, blob FROM snapshot WHERE id = 1").fetchone()
         if row is None or row[0] != digest:
             return None
-        return Snapshot(bytes(row[2]), row[1], self._load_checkpoints("snapshot_offsets"))
+        return Snapshot(bytes(row[1]), self._load_checkpoints("snapshot_offsets"))
 
     def save_snapshot(self, digest: str, blob: bytes, positions: Iterable[Checkpoint]) -> None:
         """Replace the snapshot and its offsets together: one never outlives the other."""

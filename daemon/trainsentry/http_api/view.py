@@ -70,7 +70,7 @@ class DaemonSnapshot:
         rule_evaluations: int | None = None,
         now: float | None = None,
     ) -> DaemonSnapshot:
-        """From the runtime's `Stats` (points, skipped_records, files, cycles) and the rest."""
+        """From the runtime's `Stats` (points, records skipped, alert-state saves) and the rest."""
         return cls(
             taken_at=time.time() if now is None else now,
             points_read=int(stats.points),
@@ -80,12 +80,12 @@ class DaemonSnapshot:
             rules_loaded=rules_loaded,
             rule_evaluations=rule_evaluations,
             directories_seen=directories_seen,
-            points_relearned=int(getattr(stats, "relearned", 0)),
-            state_saves=int(getattr(stats, "state_saves", 0)),
-            state_save_failures=int(getattr(stats, "state_save_failures", 0)),
-            state_saved_at=getattr(stats, "state_saved_at", None),
-            state_save_seconds=float(getattr(stats, "state_save_seconds", 0.0)),
-            state_bytes=int(getattr(stats, "state_bytes", 0)),
+            points_relearned=int(stats.relearned),
+            state_saves=int(stats.state_saves),
+            state_save_failures=int(stats.state_save_failures),
+            state_saved_at=stats.state_saved_at,
+            state_save_seconds=float(stats.state_save_seconds),
+            state_bytes=int(stats.state_bytes),
             runs=tuple(runs),
             alerts=tuple(firing),
         )
