@@ -119,7 +119,6 @@ class Series:
 
     __slots__ = (
         "_closed",
-        "_closed_n",
         "_compact_at",
         "_head",
         "_last",
@@ -145,7 +144,6 @@ class Series:
         self._last: Point | None = None  # the newest point, as it was added
         # Closed buckets, BUCKET_FIELDS doubles each (a Bucket's fields in order).
         self._closed = array("d")
-        self._closed_n = 0
         # The bucket being filled: [first, last, count, nan_count, min, max, sum, last_value]
         self._open: list[float] | None = None
         self._open_key = 0
@@ -176,8 +174,7 @@ class Series:
         ]
 
     def history(self) -> list[Bucket]:
-        c, n = self._closed, BUCKET_FIELDS
-        buckets = [_bucket(c[i : i + n]) for i in range(0, len(c), n)]
+        buckets = self._closed_buckets()
         if self._open is not None:
             buckets.append(self._close_open())
         return buckets
@@ -217,8 +214,7 @@ class Series:
         if current is None or key != self._open_key or step < current[1]:
             if current is not None:
                 self._closed.extend(_fields(self._close_open()))
-                self._closed_n += 1
-                if self._closed_n > self._max_buckets:
+                if len(self._closed) > self._max_buckets * BUCKET_FIELDS:
                     self._coarsen()
             self._open = current = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
             self._open_key = key
@@ -233,6 +229,10 @@ class Series:
         if value > current[5]:
             current[5] = value
         current[6] += value
+
+    def _closed_buckets(self) -> list[Bucket]:
+        c, n = self._closed, BUCKET_FIELDS
+        return [_bucket(c[i : i + n]) for i in range(0, len(c), n)]
 
     def _close_open(self) -> Bucket:
         o = self._open
@@ -251,12 +251,11 @@ class Series:
         )
 
     def _coarsen(self) -> None:
-        closed = self.history()[: self._closed_n]
+        closed = self._closed_buckets()
         merged = [_merge(closed[i], closed[i + 1]) for i in range(0, len(closed) - 1, 2)]
         if len(closed) % 2:
             merged.append(closed[-1])
         self._closed = array("d", [x for b in merged for x in _fields(b)])
-        self._closed_n = len(merged)
         self._width *= 2
         if self._open is not None:
             self._open_key = int(self._open[0]) // self._width
