@@ -96,3 +96,35 @@ def test_a_batch_mixes_saved_and_held_rows_in_order_and_their_retries_are_saved_
     assert saved["fire"][0] is not None and saved["fire"][2] == 1  # sent after one retry
     assert saved["resolve"][0] is not None and saved["resolve"][2] == 1
     assert said.getvalue().count("cannot write the state") == 1
+
+
+def test_a_resolve_held_back_for_its_firing_waits_in_memory_while_the_disk_is_full(
+    tmp_path: Path,
+) -> None:
+    """Held-back resolves (Alertmanager routes) are deferred like postponed rows: no busy loop."""
+    clock = Clock()
+    outbox = Outbox(
+        tmp_path / "state.db", clock=clock, trouble=WriteTrouble(tmp_path, out=io.StringIO())
+    )
+    route = Route("apprise", "json://127.0.0.1:1/hook", group_wait=0.0, rate_limit=None,
+                  hold_resolve=60.0)  # fmt: skip
+    sink = RecordingSink()
+    lane = Lane(route, sink, outbox, clock=clock)
+    full(outbox)
+    pad = "x" * 20_000  # no room for either row: both are held in memory
+    firing = {"alert": transition().as_dict(), "pad": pad}
+    resolve = {"alert": transition(state="resolved", step=101).as_dict(), "pad": pad}
+    outbox.enqueue(
+        [
+            Entry(k, route.receiver, "r", "critical", p, T0)
+            for k, p in (("f", firing), ("r", resolve))
+        ]
+    )
+    assert rows(tmp_path / "state.db") == {}
+    assert lane.step(clock.now) is not None
+    assert [len(m.alerts) for m in sink.messages] == [1]  # the firing alone
+    assert lane.step(clock.now) == T0 + 60.0  # the resolve waits its minute, not retaken
+    assert len(sink.messages) == 1
+    clock.now = T0 + 60.0
+    lane.step(clock.now)
+    assert [m.alerts[0]["alert"]["state"] for m in sink.messages] == ["firing", "resolved"]

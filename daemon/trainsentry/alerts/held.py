@@ -100,6 +100,9 @@ class Held:
 
         return self._apply(keys, postpone)
 
+    def deferred(self, keys: list[str], due: float) -> list[str]:
+        return self._apply(keys, lambda r: setattr(r, "due", due))
+
     def given_up(self, keys: list[str], error: str, now: float) -> list[str]:
         def give_up(r: HeldRow) -> None:
             r.failed, r.attempts, r.last_error = now, r.attempts + 1, error

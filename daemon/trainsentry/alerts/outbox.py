@@ -188,10 +188,15 @@ class Outbox:
 
     def defer(self, keys: Iterable[str], due: float) -> None:
         """Not before `due`, and no attempt counted: held back on purpose, not failed."""
-        with self._lock, Transaction(self._db):
-            self._db.executemany(
-                "UPDATE outbox SET due = ? WHERE key = ?", [(due, k) for k in keys]
-            )
+        with self._lock:
+            table = self._held.deferred(list(keys), due)
+            if not self._write(
+                lambda: self._db.executemany(
+                    "UPDATE outbox SET due = ? WHERE key = ?", [(due, k) for k in table]
+                )
+            ):
+                for k in table:
+                    self._held.override(k).due = due
 
     def give_up(self, keys: Iterable[str], error: str, now: float) -> None:
         with self._lock:
