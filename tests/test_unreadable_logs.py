@@ -49,6 +49,14 @@ def write_steps(path: Path, steps: range) -> None:
         f.write("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps))
 
 
+def start(root: Path, tmp: Path, unprivileged: Callable[[], None] | None) -> DaemonProcess:
+    """`run -vv` on `root`, held to the permission bits, its stderr merged for the lines."""
+    return DaemonProcess(
+        str(root), "-vv", "--state-dir", str(tmp / "state"), "--http", "off",
+        merge_stderr=True, preexec_fn=unprivileged,
+    )  # fmt: skip
+
+
 def loss_steps(daemon: DaemonProcess) -> list[int]:
     return [p["step"] for p in daemon.points if p["tag"] == "loss"]
 
@@ -63,10 +71,7 @@ def test_an_unreadable_run_file_is_named_once_and_read_whole_when_permissions_co
     write_steps(root / "ok" / "metrics.jsonl", range(5))
     write_steps(locked, range(10))
     locked.chmod(0o000)
-    daemon = DaemonProcess(
-        str(root), "-vv", "--state-dir", str(tmp_path / "state"), "--http", "off",
-        merge_stderr=True, preexec_fn=unprivileged,
-    )  # fmt: skip
+    daemon = start(root, tmp_path, unprivileged)
     try:
         line = daemon.wait_for_text(f"cannot read {locked}")
         assert "Permission denied" in line
@@ -94,10 +99,7 @@ def test_an_unreadable_log_root_is_named_and_read_once_it_can_be(
     (root / "job").mkdir(parents=True)
     write_steps(root / "job" / "metrics.jsonl", range(7))
     root.chmod(0o000)
-    daemon = DaemonProcess(
-        str(root), "-vv", "--state-dir", str(tmp_path / "state"), "--http", "off",
-        merge_stderr=True, preexec_fn=unprivileged,
-    )  # fmt: skip
+    daemon = start(root, tmp_path, unprivileged)
     try:
         line = daemon.wait_for_text(f"cannot read {root}")
         assert "Permission denied" in line
