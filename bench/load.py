@@ -30,6 +30,8 @@ import urllib.request
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+SLICES = 20
+
 
 def generate(root: str, runs: int, tags: int, tick: float, tb_share: float, stop_at: float) -> None:
     """The fleet of training jobs: one record per run per tick until `stop_at`."""
@@ -47,27 +49,34 @@ def generate(root: str, runs: int, tags: int, tick: float, tb_share: float, stop
             tb.append(EventFileWriter(str(d), flush_secs=1))
         else:
             jsonl.append(open(d / "metrics.jsonl", "a", buffering=1 << 16))  # noqa: SIM115
+    # Jobs are not in phase: a tick's writes are spread over it in SLICES groups,
+    # so the daemon sees a steady stream of events rather than one burst a tick.
+    writers: list[tuple[bool, object]] = [(False, f) for f in jsonl] + [(True, w) for w in tb]
+    slices = [writers[i::SLICES] for i in range(SLICES)]
     step = 0
-    next_tick = time.monotonic()
+    next_slice = time.monotonic()
     while time.time() < stop_at:
-        now = time.time()
-        for f in jsonl:
-            rec = {"step": step, "time": now}
-            rec.update((n, 1.0 / (step + 1 + i)) for i, n in enumerate(names))
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-        for w in tb:
-            values = [
-                summary_pb2.Summary.Value(tag=n, simple_value=1.0 / (step + 1 + i))
-                for i, n in enumerate(names)
-            ]
-            w.add_event(
-                event_pb2.Event(wall_time=now, step=step, summary=summary_pb2.Summary(value=values))
-            )
-            w.flush()
+        for group in slices:
+            now = time.time()
+            for is_tb, out in group:
+                if is_tb:
+                    values = [
+                        summary_pb2.Summary.Value(tag=n, simple_value=1.0 / (step + 1 + i))
+                        for i, n in enumerate(names)
+                    ]
+                    event = event_pb2.Event(
+                        wall_time=now, step=step, summary=summary_pb2.Summary(value=values)
+                    )
+                    out.add_event(event)  # type: ignore[attr-defined]
+                    out.flush()  # type: ignore[attr-defined]
+                else:
+                    rec = {"step": step, "time": now}
+                    rec.update((n, 1.0 / (step + 1 + i)) for i, n in enumerate(names))
+                    out.write(json.dumps(rec) + "\n")  # type: ignore[attr-defined]
+                    out.flush()  # type: ignore[attr-defined]
+            next_slice += tick / SLICES
+            time.sleep(max(0.0, next_slice - time.monotonic()))
         step += 1
-        next_tick += tick
-        time.sleep(max(0.0, next_tick - time.monotonic()))
     for f in jsonl:
         f.close()
     for w in tb:

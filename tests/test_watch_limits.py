@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import errno
-import json
 import logging
 from pathlib import Path
 
 import pytest
+from in_process import read_until, write_points
 from watchdog.observers.api import BaseObserver
 
 from trainsentry import runtime
+from trainsentry.inotify import InotifyTree
 from trainsentry.point import Point
 from trainsentry.runtime import DEFAULT_POLL_SECONDS, SAFETY_SWEEP_SECONDS, Daemon
 from trainsentry.state import StateDB
 from trainsentry.watcher import inotify_watches, limit_advice, watch_shortfall
-
-
-def write_points(path: Path, steps: range) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        for step in steps:
-            f.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n")
 
 
 def tree(root: Path) -> Path:
@@ -31,13 +25,6 @@ def tree(root: Path) -> Path:
     (root / ".git" / "objects").mkdir(parents=True)
     (root / "a" / ".trainsentry").mkdir()
     return root
-
-
-def read_until(daemon: Daemon, got: list[Point], count: int, cycles: int = 60) -> None:
-    for _ in range(cycles):
-        if len(got) >= count:
-            return
-        daemon.cycle(timeout=0.1)
 
 
 def test_shortfall_is_directories_without_a_watch() -> None:
@@ -89,7 +76,8 @@ def test_a_root_the_kernel_refuses_to_watch_is_polled(
     def refuse(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "inotify watch limit reached")
 
-    monkeypatch.setattr(BaseObserver, "schedule", refuse)
+    monkeypatch.setattr(InotifyTree, "add_tree", refuse)
+    monkeypatch.setattr(BaseObserver, "schedule", refuse)  # where watchdog is the backend
     root = tree(tmp_path / "logs")
     got: list[Point] = []
     daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])

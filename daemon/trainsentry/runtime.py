@@ -32,10 +32,10 @@ from trainsentry.sources.discover import LogFile, classify, roots
 from trainsentry.sources.tail import FileTail
 from trainsentry.state import Checkpoint, StateDB
 from trainsentry.watcher import (
-    Watcher,
     inotify_watch_limit,
     inotify_watches,
     limit_advice,
+    new_watcher,
     watch_shortfall,
 )
 
@@ -153,7 +153,7 @@ class Daemon:
             saved = state.load_snapshot(memory.digest)
             if saved is not None and memory.restore(saved.blob):
                 self._relearn_from = saved.offsets
-        self._watcher = Watcher()
+        self._watcher = new_watcher()
         self._pending: set[str] = set()
         self._last_sweep = 0.0
         # Plain flags, not Events: a signal handler runs on the main thread between
@@ -209,7 +209,7 @@ class Daemon:
         deadline = time.monotonic() + seconds
         while not (self.stopping or self._woken):
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._watcher.wakeup.wait(min(remaining, SIGNAL_CHECK_SECONDS)):
+            if remaining <= 0 or self._watcher.wait(min(remaining, SIGNAL_CHECK_SECONDS)):
                 break
         self._woken = False
 
@@ -234,10 +234,13 @@ class Daemon:
             return 0
         if time.monotonic() - self._last_sweep >= interval:
             return self.sweep()
-        files, dirs = self._watcher.take()
-        for d in dirs:
+        changes = self._watcher.take()
+        if changes.overflow:  # the kernel dropped events: which files changed is unknown
+            log.info("inotify queue overflowed: reading every file")
+            return self.sweep()
+        for d in changes.dirs:
             self._discover(Path(d))
-        for f in files:
+        for f in changes.files:
             if f in self._tails:
                 self._pending.add(f)
             elif classify(os.path.basename(f)) and os.path.isfile(f):

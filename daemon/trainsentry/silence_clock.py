@@ -75,9 +75,13 @@ class SilenceClock:
             return [(points, "", 0.0)]
         parts: list[tuple[Sequence[Point], str, float]] = []
         start = 0
+        previous: tuple[str, float] | None = None
         for i, (run, _, _, stamp, _) in enumerate(points):
             if stamp != stamp:  # NaN: no stamp to judge
                 continue
+            if previous is not None and stamp == previous[1] and run == previous[0]:
+                continue  # another tag of the same record: judged already
+            previous = (run, stamp)
             now_live = live(stamp)
             seen = runs.get(run)
             if seen is None:

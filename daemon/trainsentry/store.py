@@ -180,7 +180,8 @@ class Series:
         return buckets
 
     def add(self, point: Point) -> None:
-        steps, step = self._steps, point.step
+        _, _, step, wall, value = point
+        steps = self._steps
         self.count += 1
         held = len(steps) - self._head
         if held and step <= steps[-1]:
@@ -204,8 +205,8 @@ class Series:
             steps.append(step)
         except OverflowError:  # a step beyond int64 (a garbled log): kept at the limit
             steps.append(INT64_MAX if step > 0 else -INT64_MAX - 1)
-        self._walls.append(point.wall_time)
-        self._values.append(point.value)
+        self._walls.append(wall)
+        self._values.append(value)
         self._last = point
 
     def _fold(self, step: int, value: float) -> None:
@@ -286,21 +287,31 @@ class Store:
         tags = self._runs.get(point.run)
         if tags is None:
             tags = self._runs[point.run] = {}
-        series = tags.get(point.tag)
-        if series is None:
-            if self._judged is None or self._judged(point.tag):
-                size, buckets = self._recent_size, self._max_buckets
-            else:
-                size = min(self._recent_size, SIDE_RECENT)
-                buckets = min(self._max_buckets, SIDE_BUCKETS)
-            series = tags[point.tag] = Series(size, self._bucket_steps, buckets)
+        series = tags.get(point.tag) or self._new_series(tags, point.tag)
         series.add(point)
         return series
 
+    def _new_series(self, tags: dict[str, Series], tag: str) -> Series:
+        if self._judged is None or self._judged(tag):
+            size, buckets = self._recent_size, self._max_buckets
+        else:
+            size = min(self._recent_size, SIDE_RECENT)
+            buckets = min(self._max_buckets, SIDE_BUCKETS)
+        series = tags[tag] = Series(size, self._bucket_steps, buckets)
+        return series
+
     def extend(self, points: Iterable[Point]) -> None:
-        add = self.add
+        """`add` for each point; the run is looked up once per run of points (a file's batch)."""
+        runs = self._runs
+        run_id: str | None = None
+        tags: dict[str, Series] = {}
         for point in points:
-            add(point)
+            if point[0] != run_id:
+                run_id = point[0]
+                got = runs.get(run_id)
+                tags = runs[run_id] = {} if got is None else got
+            series = tags.get(point[1]) or self._new_series(tags, point[1])
+            series.add(point)
 
     def runs(self) -> list[str]:
         return list(self._runs)

@@ -1,18 +1,19 @@
 """Tells the daemon which files may have changed, so it reads only those.
 
-inotify (through watchdog) where the kernel sees the writes; polling where it
-cannot: on network filesystems a write from another host raises no event on
-this one, so roots on nfs/lustre/gpfs/cifs/fuse/9p are swept on a timer
-instead. The event filter leaves out open and close-without-write events:
-with the default mask watchdog 7.1 overflows the kernel queue on trees of
-thousands of directories, and the daemon's own reads would wake it up.
+inotify where the kernel sees the writes (read on the daemon's own loop,
+inotify.py; watchdog on platforms without it, watcher_watchdog.py); polling
+where it cannot: on network filesystems a write from another host raises no
+event on this one, so roots on nfs/lustre/gpfs/cifs/fuse/9p are swept on a
+timer instead. Open and close-without-write events are never asked for: with
+them watchdog 7.1 overflowed the kernel queue on trees of thousands of
+directories, and the daemon's own reads would wake it up.
 
 The kernel's watch limit (fs.inotify.max_user_watches, shared by every
-process of the user) is the other trap: watchdog 7.1 raises only when the
-root itself cannot be watched and silently skips sub-directories it could not
-add. So the watches are counted from the kernel (/proc/self/fdinfo) and
-compared with the directories a sweep walked; a root short of watches is
-polled instead, with one warning that says how to raise the limit.
+process of the user) is the other trap: a recursive watch fails loudly only
+for the root and leaves sub-directories it could not add unwatched. So the
+watches are counted from the kernel (/proc/self/fdinfo) and compared with the
+directories a sweep walked; a root short of watches is polled instead, with
+one warning that says how to raise the limit.
 """
 
 from __future__ import annotations
@@ -20,51 +21,18 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
-import warnings
+import time
 from pathlib import Path
 
-from watchdog.events import (
-    DirAttribEvent,
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileAttribEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
+from trainsentry import inotify
+from trainsentry.inotify import Changes
 
 log = logging.getLogger(__name__)
-
-# watchdog warns when a directory tree is created faster than it adds watches
-# (nested makedirs): harmless, the watch is replaced, and not the user's concern.
-warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
 
 NETWORK_FS = frozenset(
     {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs",
      "beegfs", "panfs", "afs", "wekafs", "virtiofs"}
 )  # fmt: skip
-
-EVENT_FILTER: list[type[FileSystemEvent]] = [
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileClosedEvent,
-    FileDeletedEvent,
-    FileMovedEvent,
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    # a chmod that makes a file or directory readable again: IN_ATTRIB is in the
-    # kernel mask anyway (FileModifiedEvent asks for it), so this costs no events
-    FileAttribEvent,
-    DirAttribEvent,
-]
-
 
 WATCH_LIMIT_FILE = Path("/proc/sys/fs/inotify/max_user_watches")
 
@@ -145,50 +113,25 @@ def needs_polling(path: Path) -> bool:
     return fstype in NETWORK_FS or fstype.startswith("fuse")
 
 
-class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: Watcher) -> None:
-        self._w = watcher
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        paths = [os.fsdecode(event.src_path)]
-        if event.dest_path:
-            paths.append(os.fsdecode(event.dest_path))
-        self._w.mark(paths, is_dir=event.is_directory)
-
-
 class Watcher:
-    """Collects changed paths from watchdog's thread for the daemon's loop."""
+    """Changed paths for the daemon's loop; roots it cannot watch natively are swept."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._files: set[str] = set()
-        self._dirs: set[str] = set()
-        self.wakeup = threading.Event()
-        self._observer: object | None = None
-        self._handler = _Handler(self)
-        self._scheduled: dict[Path, object] = {}
         self.native: list[Path] = []
 
     def watch(self, roots: list[Path]) -> None:
         """Watch each root natively where inotify works; the rest is left to sweeps.
 
-        The observer starts first, so each `schedule` adds its watches at once
-        and a root that cannot be watched (watch limit, permissions) fails
-        there, alone, instead of failing `start` for every root.
+        Each root is added alone, so one that cannot be watched (watch limit,
+        permissions) falls back to polling without taking the others along.
         """
-        from watchdog.observers import Observer
-
-        observer = Observer()
-        observer.daemon = True
-        observer.start()
+        self._start()
         for root in roots:
             if needs_polling(root):
                 log.info("%s is on a network filesystem: polling it", root)
                 continue
             try:
-                self._scheduled[root] = observer.schedule(
-                    self._handler, str(root), recursive=True, event_filter=EVENT_FILTER
-                )
+                self._add(root)
                 self.native.append(root)
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
@@ -203,25 +146,19 @@ class Watcher:
                     )
                 else:
                     log.warning("cannot watch %s (%s): polling it", root, exc)
-        self._observer = observer
         if not self.native:
             self.stop()
 
     def rewatch(self, root: Path) -> None:
         """Watch `root` anew: directories that were unreadable got no watch from inotify.
 
-        The kernel refuses a watch on a directory the process may not read,
-        and watchdog skips it without a word; once it is readable, only a new
-        recursive schedule adds the watches it lacks.
+        The kernel refuses a watch on a directory the process may not read;
+        once it is readable, adding the tree again adds the watches it lacks.
         """
-        obs, old = self._observer, self._scheduled.get(root)
-        if obs is None or old is None:
+        if root not in self.native:
             return
         try:
-            obs.unschedule(old)  # type: ignore[attr-defined]
-            self._scheduled[root] = obs.schedule(  # type: ignore[attr-defined]
-                self._handler, str(root), recursive=True, event_filter=EVENT_FILTER
-            )
+            self._add(root)
         except OSError as exc:
             log.warning("cannot watch %s again (%s): polling it", root, exc)
             self.fall_back(root)
@@ -231,30 +168,59 @@ class Watcher:
         if root in self.native:
             self.native.remove(root)
 
-    def mark(self, paths: list[str], *, is_dir: bool) -> None:
-        with self._lock:
-            (self._dirs if is_dir else self._files).update(paths)
-        self.wakeup.set()
+    # -- what a backend provides ------------------------------------------
 
-    def take(self) -> tuple[set[str], set[str]]:
+    def _start(self) -> None: ...
+
+    def _add(self, root: Path) -> None:
+        """Watch the tree under `root` (OSError if the root itself cannot be watched)."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most `timeout` seconds for changes; True if there are some."""
+        raise NotImplementedError
+
+    def take(self) -> Changes:
         """The files and directories changed since the last call."""
-        with self._lock:
-            files, dirs = self._files, self._dirs
-            self._files, self._dirs = set(), set()
-            self.wakeup.clear()
-        return files, dirs
+        raise NotImplementedError
+
+    def stop(self) -> None: ...
+
+
+class InotifyWatcher(Watcher):
+    """inotify read on the calling thread: no thread of its own (see inotify.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tree: inotify.InotifyTree | None = None
+
+    def _start(self) -> None:
+        self._tree = inotify.InotifyTree()
+
+    def _add(self, root: Path) -> None:
+        assert self._tree is not None
+        self._tree.add_tree(str(root))
+
+    def wait(self, timeout: float) -> bool:
+        if self._tree is None:
+            time.sleep(timeout)
+            return False
+        return self._tree.wait(timeout)
+
+    def take(self) -> Changes:
+        changes = Changes()
+        return changes if self._tree is None else self._tree.read(changes)
 
     def stop(self) -> None:
-        obs = self._observer
-        if obs is not None:
-            # watchdog logs "queue_events() called when the thread is inactive" at
-            # ERROR when an event races the stop; harmless, and not the user's concern.
-            wd_log = logging.getLogger("watchdog")
-            level = wd_log.level
-            wd_log.setLevel(logging.CRITICAL)
-            try:
-                obs.stop()  # type: ignore[attr-defined]
-                obs.join(timeout=5)  # type: ignore[attr-defined]
-            finally:
-                wd_log.setLevel(level)
-            self._observer = None
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None
+
+
+def new_watcher() -> Watcher:
+    """inotify on Linux; watchdog's observer (FSEvents, kqueue, ...) elsewhere."""
+    if inotify.available():
+        return InotifyWatcher()
+    from trainsentry.watcher_watchdog import WatchdogWatcher
+
+    return WatchdogWatcher()

@@ -103,6 +103,10 @@ class _Binding:
     canonical: str
     series_rules: tuple[m.Rule, ...]
     clock_rules: tuple[m.Rule, ...]
+    # No rule judges the tag's values, nor pairs with it: a point only moves its
+    # run's clocks and step. Most of a fleet's series are such (everything is
+    # logged, a few are judged).
+    idle: bool
 
 
 class Engine:
@@ -126,6 +130,7 @@ class Engine:
                 spans.setdefault(rule.condition.other, set()).add(rule.condition.other_smoothing)
         self._other_spans = {name: frozenset(s) for name, s in spans.items()}
         self._bindings.clear()
+        self._clock_sets: dict[tuple[m.Rule, ...], tuple[m.Rule, ...]] = {}
 
     def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
         """Swap the rules of a live engine, keeping the state of every unchanged rule.
@@ -161,21 +166,53 @@ class Engine:
         for rule, metrics, tags in self._selectors:
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
                 (clocks if isinstance(rule.condition, m.NoData) else series).append(rule)
-        binding = _Binding(canonical, tuple(series), tuple(clocks))
+        idle = not series and canonical not in self._other_spans
+        # one tuple for equal sets of clocks: feed_all tells a record's tags apart by identity
+        clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))
+        binding = _Binding(canonical, tuple(series), clock_rules, idle)
         self._bindings[tag] = binding
         return binding
 
     def feed(self, point: Point) -> list[Transition]:
         """Evaluate one point; the transitions it caused, in order."""
-        run_id, tag, step, wall, value = point
-        binding = self._bindings.get(tag) or self._bind(tag)
-        run = self._runs.get(run_id)
-        if run is None:
-            run = self._runs[run_id] = _Run(run_id)
+        return self.feed_all((point,))
+
+    def feed_all(self, points: Iterable[Point]) -> list[Transition]:
+        """Evaluate points in order; the transitions they caused, in order.
+
+        The loop is the daemon's per-point hot path: most points are of
+        series no rule judges (they only move their run's clocks and step),
+        and a record's points share one run, step and stamp, so the run is
+        looked up and the no-data clocks advanced once per record, not per tag.
+        """
         out: list[Transition] = []
-        if binding.clock_rules:
-            self._advance_clocks(run, binding.clock_rules, step, wall, out)
-        run.last_step, run.last_wall = step, wall
+        bindings, runs = self._bindings, self._runs
+        run: _Run | None = None
+        advanced: tuple[tuple[m.Rule, ...], int, float] | None = None
+        for point in points:
+            run_id, tag, step, wall, _ = point
+            binding = bindings.get(tag) or self._bind(tag)
+            if run is None or run_id != run.name:
+                run = runs.get(run_id)
+                if run is None:
+                    run = runs[run_id] = _Run(run_id)
+                advanced = None
+            clocks = binding.clock_rules
+            if clocks and (
+                advanced is None
+                or clocks is not advanced[0]
+                or step != advanced[1]
+                or wall != advanced[2]
+            ):
+                self._advance_clocks(run, clocks, step, wall, out)
+                advanced = (clocks, step, wall)
+            run.last_step, run.last_wall = step, wall
+            if not binding.idle:
+                self._judge(run, binding, point, out)
+        return out
+
+    def _judge(self, run: _Run, binding: _Binding, point: Point, out: list[Transition]) -> None:
+        run_id, tag, step, wall, value = point
         canonical = binding.canonical
         spans = self._other_spans.get(canonical)
         if spans is not None:
@@ -205,13 +242,6 @@ class Engine:
                 self._reconcile(run, alert, step, wall, "recovered", out)
             elif alert.shown is None and alert.holding and alert.lifecycle.firing:
                 self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
-        return out
-
-    def feed_all(self, points: Iterable[Point]) -> list[Transition]:
-        out: list[Transition] = []
-        for point in points:
-            out.extend(self.feed(point))
-        return out
 
     def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
         alert = Alert(
@@ -230,6 +260,10 @@ class Engine:
             alert = run.clocks.get(rule.name)
             if alert is None:
                 alert = run.clocks[rule.name] = self._new_alert(run, rule, RUN_WIDE, RUN_WIDE)
+            else:
+                clock: NoDataClock = alert.condition
+                if clock.last_step == step and wall <= clock.last_wall:
+                    continue  # another tag of the same record: nothing new for this clock
             self._check_clock(run, alert, wall, out)
             alert.condition.observe(step, wall)
             alert.last_step, alert.value = step, math.nan

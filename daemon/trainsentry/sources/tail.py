@@ -125,9 +125,11 @@ class FileTail:
         if st is None:
             out.gone = True
             return out
-        if self._fd is None and not self._open(out):
-            return out
-        self._drain(out, budget)
+        if self._fd is None:
+            if not self._open(out):
+                return out
+            st = None  # stat again through the handle: the file opened may be a newer one
+        self._drain(out, budget, st)
         return out
 
     def checkpoint(self) -> Checkpoint:
@@ -216,12 +218,14 @@ class FileTail:
         if len(self._fingerprint) < FINGERPRINT_BYTES:
             self._fingerprint = os.pread(self._fd, FINGERPRINT_BYTES, 0)
 
-    def _drain(self, out: TailRead, budget: int) -> None:
+    def _drain(self, out: TailRead, budget: int, st: os.stat_result | None = None) -> None:
+        """Read on through the open handle; `st`: the path's stat, when it is that file."""
         fd = self._fd
         if fd is None:
             return
         try:
-            st = os.fstat(fd)
+            if st is None:
+                st = os.fstat(fd)
             self._check_rewritten(st)
         except OSError as exc:
             out.unreadable = f"cannot read: {exc.strerror or exc}"

@@ -1,0 +1,24 @@
+"""Driving the daemon's loop in the test's own process: JSONL points written, cycles turned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainsentry.point import Point
+from trainsentry.runtime import Daemon
+
+
+def write_points(path: Path, steps: range) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for step in steps:
+            f.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n")
+
+
+def read_until(daemon: Daemon, got: list[Point], count: int, cycles: int = 60) -> None:
+    """Turn the loop until `count` points arrived (or `cycles` of at most 0.1 s each)."""
+    for _ in range(cycles):
+        if len(got) >= count:
+            return
+        daemon.cycle(timeout=0.1)

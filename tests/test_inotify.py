@@ -1,0 +1,157 @@
+"""The daemon's own inotify reader, against the real kernel: which paths it
+reports, which directories it watches, and what happens when the kernel's
+queue overflows."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from in_process import read_until, write_points
+
+from trainsentry import runtime
+from trainsentry.inotify import Changes, InotifyTree
+from trainsentry.point import Point
+from trainsentry.runtime import Daemon
+from trainsentry.sources.discover import Root
+from trainsentry.state import StateDB
+from trainsentry.watcher_watchdog import WatchdogWatcher
+
+
+def append(path: Path, text: str = "x\n") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(text)
+
+
+def changes(tree: InotifyTree) -> Changes:
+    assert tree.wait(5.0), "no event within 5 s"
+    return tree.read(Changes())
+
+
+@pytest.fixture
+def tree() -> object:
+    t = InotifyTree()
+    yield t
+    t.close()
+
+
+def test_an_append_anywhere_in_the_tree_is_reported_by_path(
+    tmp_path: Path, tree: InotifyTree
+) -> None:
+    append(tmp_path / "a" / "seed0" / "m.jsonl")
+    tree.add_tree(str(tmp_path))
+    append(tmp_path / "a" / "seed0" / "m.jsonl")
+    got = changes(tree)
+    assert got.files == {str(tmp_path / "a" / "seed0" / "m.jsonl")}
+    assert not got.dirs and not got.overflow
+    assert not tree.wait(0.05)  # the read took everything queued
+
+
+def test_directories_made_after_the_watch_are_watched_before_they_are_listed(
+    tmp_path: Path, tree: InotifyTree
+) -> None:
+    tree.add_tree(str(tmp_path))
+    (tmp_path / "new" / "a" / "b").mkdir(parents=True)  # faster than any event is read
+    got = changes(tree)
+    assert str(tmp_path / "new") in got.dirs
+    append(tmp_path / "new" / "a" / "b" / "m.jsonl")
+    assert str(tmp_path / "new" / "a" / "b" / "m.jsonl") in changes(tree).files
+
+
+def test_a_renamed_directory_reports_its_new_paths_only(tmp_path: Path, tree: InotifyTree) -> None:
+    append(tmp_path / "old" / "sub" / "m.jsonl")
+    tree.add_tree(str(tmp_path))
+    os.rename(tmp_path / "old", tmp_path / "new")
+    got = changes(tree)
+    assert {str(tmp_path / "old"), str(tmp_path / "new")} <= got.dirs
+    append(tmp_path / "new" / "sub" / "m.jsonl")
+    assert changes(tree).files == {str(tmp_path / "new" / "sub" / "m.jsonl")}
+
+
+def test_a_directory_moved_out_of_the_tree_is_forgotten(tmp_path: Path, tree: InotifyTree) -> None:
+    watched, outside = tmp_path / "watched", tmp_path / "outside"
+    append(watched / "run" / "sub" / "m.jsonl")
+    outside.mkdir()
+    tree.add_tree(str(watched))
+    before = tree.watches
+    os.rename(watched / "run", outside / "run")
+    changes(tree)
+    assert tree.watches == before - 2
+    append(outside / "run" / "sub" / "m.jsonl")
+    assert not tree.wait(0.1)
+
+
+def test_it_watches_what_a_sweep_walks(tmp_path: Path, tree: InotifyTree) -> None:
+    """Watches and walked directories are compared to detect the watch limit."""
+    for d in ("a/seed0", "a/seed1/x", "b", ".git/objects", "a/.trainsentry"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    tree.add_tree(str(tmp_path))
+    _, walked = Root.watched(tmp_path).walk()
+    assert tree.watches == walked == 6
+    append(tmp_path / ".git" / "objects" / "pack")
+    append(tmp_path / "a" / ".trainsentry" / "STOP")
+    assert not tree.wait(0.1)
+
+
+def flood(directory: Path) -> None:
+    """More events than the kernel queues for a reader that is not reading."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    # the kernel merges an event identical to the last one queued: alternate two files
+    fds = [os.open(directory / n, os.O_WRONLY | os.O_CREAT) for n in ("noise.a", "noise.b")]
+    try:
+        for i in range(limit + 100):
+            os.write(fds[i % 2], b"x")
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_queue_overflow_is_reported(tmp_path: Path, tree: InotifyTree) -> None:
+    tree.add_tree(str(tmp_path))
+    flood(tmp_path)
+    assert changes(tree).overflow
+
+
+def test_after_an_overflow_the_daemon_reads_every_file(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    for run in ("a", "b"):
+        write_points(root / run / "m.jsonl", range(1))
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon.start()
+    try:
+        read_until(daemon, got, 2)
+        flood(root)
+        # written after the queue is full: no event says so
+        for run in ("a", "b"):
+            write_points(root / run / "m.jsonl", range(1, 3))
+        read_until(daemon, got, 6, cycles=100)
+    finally:
+        daemon.close()
+    assert sorted((p.run, p.step) for p in got) == [(r, s) for r in "ab" for s in range(3)]
+
+
+def test_the_watchdog_backend_follows_a_live_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the platform has no inotify: new runs and appends still arrive by event."""
+    monkeypatch.setattr(runtime, "new_watcher", WatchdogWatcher)
+    monkeypatch.setattr(runtime, "SAFETY_SWEEP_SECONDS", 3600.0)  # events only
+    root = tmp_path / "logs"
+    write_points(root / "a" / "m.jsonl", range(2))
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon.start()
+    try:
+        read_until(daemon, got, 2)
+        write_points(root / "a" / "m.jsonl", range(2, 4))
+        write_points(root / "b" / "deep" / "m.jsonl", range(3))
+        read_until(daemon, got, 7)
+    finally:
+        daemon.close()
+    assert sorted((p.run, p.step) for p in got) == [("a", s) for s in range(4)] + [
+        ("b/deep", s) for s in range(3)
+    ]
