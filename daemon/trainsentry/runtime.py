@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from trainsentry import heap
 from trainsentry.point import Point
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
@@ -469,14 +470,17 @@ class Daemon:
         began = time.monotonic()
         try:
             blob = self._memory.dump()
+            size = len(blob)
             self.state.save_snapshot(
                 self._memory.digest, blob, [t.position() for t in self._tails.values()]
             )
+            del blob
         except Exception as exc:  # a full disk must not stop reading; the next try may work
             self.stats.state_save_failures += 1
             self._on_error(f"could not save the alert state: {exc}")
         else:
             self.stats.state_saves += 1
-            self.stats.state_saved_at, self.stats.state_bytes = time.time(), len(blob)
+            self.stats.state_saved_at, self.stats.state_bytes = time.time(), size
+        heap.trim()  # the pickle's buffers, freed: see heap.py
         spent = self.stats.state_save_seconds = time.monotonic() - began
         self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)
