@@ -2,7 +2,8 @@
 
 A generator process appends one point per series per tick to RUNS runs x TAGS
 series (most as JSONL, a share as TensorBoard event files written with
-tensorboard's own EventFileWriter), while `trainsentry run` watches the root.
+tensorboard's own EventFileWriter), the runs' writes spread over the tick as
+jobs out of phase would, while `trainsentry run` watches the root.
 Printed: points/s the daemon sustained (from its /metrics), lag from writing a
 NaN to its alert appearing in --alerts-jsonl (p50/p95/p99 over NaN injections
 made all through the steady phase, each in a fresh run so the rule fires
