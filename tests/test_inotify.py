@@ -5,6 +5,7 @@ queue overflows."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,4 +155,26 @@ def test_the_watchdog_backend_follows_a_live_tree(
         daemon.close()
     assert sorted((p.run, p.step) for p in got) == [("a", s) for s in range(4)] + [
         ("b/deep", s) for s in range(3)
+    ]
+
+
+def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
+    """A scratch log dir wiped and recreated: its new runs arrive by event, not by sweep."""
+    root = tmp_path / "logs"
+    write_points(root / "a" / "m.jsonl", range(2))
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon.start()
+    try:
+        read_until(daemon, got, 2)
+        shutil.rmtree(root)
+        read_until(daemon, got, 3, cycles=5)  # the deletion is read
+        write_points(root / "b" / "m.jsonl", range(3))
+        read_until(daemon, got, 5)  # inside the 30 s before a safety sweep
+        write_points(root / "b" / "m.jsonl", range(3, 4))
+        read_until(daemon, got, 6)
+    finally:
+        daemon.close()
+    assert sorted((p.run, p.step) for p in got) == [("a", 0), ("a", 1)] + [
+        ("b", s) for s in range(4)
     ]

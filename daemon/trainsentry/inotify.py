@@ -92,6 +92,8 @@ class InotifyTree:
         self.fd = _check(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
         self._paths: dict[int, str] = {}  # watch descriptor -> the directory (or file) it watches
         self._watched: set[str] = set()
+        self._tops: set[str] = set()  # what add_tree was asked to watch
+        self._lost: set[str] = set()  # tops whose watch the kernel removed (deleted)
 
     # -- watches ------------------------------------------------------------
 
@@ -103,11 +105,28 @@ class InotifyTree:
         as watchdog does: the daemon compares watches with the directories
         its sweep walked and polls a root that is short.
         """
+        self._tops.add(top)
         if not os.path.isdir(top):
             self._add(top, MASK)  # a single watched file
             return
         self._add(top, MASK | IN_ONLYDIR)
         self._add_below(top)
+
+    def _find_lost(self, into: Changes) -> None:
+        """Watch again a top that was deleted (its watch went with it) and is back.
+
+        A scratch directory wiped and made anew would otherwise be read only
+        by the safety sweeps; the whole tree is reported, for the daemon to list.
+        """
+        for top in list(self._lost):
+            if not os.path.exists(top):
+                continue
+            try:
+                self.add_tree(top)
+            except OSError:
+                continue
+            self._lost.discard(top)
+            into.dirs.add(top)
 
     def _add_below(self, top: str) -> None:
         pending = [top]
@@ -166,12 +185,15 @@ class InotifyTree:
             try:
                 data = os.read(self.fd, _READ_BYTES)
             except BlockingIOError:
-                return into
+                break
             except InterruptedError:
                 continue
             if not data:
-                return into
+                break
             self._parse(data, into)  # the kernel returns whole events only
+        if self._lost:
+            self._find_lost(into)
+        return into
 
     def _parse(self, data: bytes, into: Changes) -> None:
         unpack, size, paths = _HEADER.unpack_from, _HEADER.size, self._paths
@@ -186,7 +208,10 @@ class InotifyTree:
                 continue
             base = paths.get(wd)
             if mask & IN_IGNORED:
-                self._watched.discard(paths.pop(wd, ""))  # removed by the kernel or by us
+                gone = paths.pop(wd, "")  # removed by the kernel or by us
+                self._watched.discard(gone)
+                if gone in self._tops:
+                    self._lost.add(gone)
                 continue
             if base is None:
                 continue  # an event queued before its watch was removed
@@ -215,3 +240,4 @@ class InotifyTree:
             self.fd = -1
             self._paths.clear()
             self._watched.clear()
+            self._lost.clear()
