@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from trainsentry import heap
 from trainsentry.point import Point
@@ -71,7 +72,9 @@ class Memory(Protocol):
         """Take a saved state back; False if it cannot be used (then all is relearned)."""
         ...
 
-    def dump(self) -> bytes: ...
+    def dump(self, out: BinaryIO) -> None:
+        """Write the state to `out` (the bytes `restore` takes back)."""
+        ...
 
     def relearn(self, points: list[Point]) -> None:
         """Points delivered before the restart, read again to rebuild the state."""
@@ -469,18 +472,21 @@ class Daemon:
             return
         began = time.monotonic()
         try:
-            blob = self._memory.dump()
-            size = len(blob)
-            self.state.save_snapshot(
-                self._memory.digest, blob, [t.position() for t in self._tails.values()]
-            )
-            del blob
+            # spooled through an unnamed file beside state.db: the state is never
+            # held twice in memory (snapshot.py)
+            with tempfile.TemporaryFile(dir=self.state.directory) as spool:
+                self._memory.dump(spool)
+                size = spool.tell()
+                spool.seek(0)
+                self.state.save_snapshot(
+                    self._memory.digest, spool, size, [t.position() for t in self._tails.values()]
+                )
         except Exception as exc:  # a full disk must not stop reading; the next try may work
             self.stats.state_save_failures += 1
             self._on_error(f"could not save the alert state: {exc}")
         else:
             self.stats.state_saves += 1
             self.stats.state_saved_at, self.stats.state_bytes = time.time(), size
-        heap.trim()  # the pickle's buffers, freed: see heap.py
+        heap.trim()  # the pickler's memo, freed: see heap.py
         spent = self.stats.state_save_seconds = time.monotonic() - began
         self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from trainsentry import __version__, snapshot
 from trainsentry.alerts.notifier import Notifier
@@ -145,10 +146,10 @@ class Service:
         self._restored = self.engine.reload(self._ruleset)  # rules edited while it was down
         return True
 
-    def dump(self) -> bytes:
+    def dump(self, out: BinaryIO) -> None:
         store = self.store
         lasts = [s.last for run in store.runs() for s in store.series(run).values()]
-        return snapshot.dump(self.engine, self.notifier.book, lasts)
+        snapshot.dump(self.engine, self.notifier.book, lasts, out)
 
     def relearn(self, points: list[Point]) -> None:
         self.store.extend(points)

@@ -31,6 +31,7 @@ import logging
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from trainsentry import __version__
 from trainsentry.alerts.grouping import FiringBook
@@ -66,8 +67,12 @@ class Saved:
     lasts: list[Point]
 
 
-def dump(engine: Engine, book: FiringBook, lasts: list[Point]) -> bytes:
-    return pickle.dumps(Saved(engine, book, lasts), protocol=pickle.HIGHEST_PROTOCOL)
+def dump(engine: Engine, book: FiringBook, lasts: list[Point], out: BinaryIO) -> None:
+    """Pickled into a file, not into bytes: pickle.dumps grows its buffer by
+    doubling and then copies it out, which at 1,000 runs × 20 series doubled
+    the snapshot's passing peak (+70 MB over a 14 MB pickle, the rest is the
+    pickler's memo); written to a file, the pickle streams in 64 KB frames."""
+    pickle.dump(Saved(engine, book, lasts), out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def load(blob: bytes) -> Saved | None:

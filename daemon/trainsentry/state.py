@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 CHECKPOINT_COLUMNS = """
     path TEXT PRIMARY KEY,
@@ -122,6 +122,7 @@ _COLUMNS = "path, dev, ino, fingerprint, offset, behind, decoder_state"
 class StateDB:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path) if str(path) != ":memory:" else None
+        self.directory = self.path.parent if self.path is not None else None
         self._db = connect(path)
 
     def load_offsets(self) -> dict[str, Checkpoint]:
@@ -142,14 +143,25 @@ class StateDB:
             return None
         return Snapshot(bytes(row[1]), self._load_checkpoints("snapshot_offsets"))
 
-    def save_snapshot(self, digest: str, blob: bytes, positions: Iterable[Checkpoint]) -> None:
-        """Replace the snapshot and its offsets together: one never outlives the other."""
+    def save_snapshot(
+        self, digest: str, source: BinaryIO, size: int, positions: Iterable[Checkpoint]
+    ) -> None:
+        """Replace the snapshot and its offsets together: one never outlives the other.
+
+        The blob is copied in from `source` a megabyte at a time (into a
+        zeroblob of its size), never held whole in memory.
+        """
         rows = _rows(positions)
         with self._transaction():
             self._db.execute(
-                "INSERT OR REPLACE INTO snapshot (id, digest, taken, blob) VALUES (1, ?, ?, ?)",
-                (digest, time.time(), blob),
+                "INSERT OR REPLACE INTO snapshot (id, digest, taken, blob)"
+                " VALUES (1, ?, ?, zeroblob(?))",
+                (digest, time.time(), size),
             )
+            if size:
+                with self._db.blobopen("snapshot", "blob", 1) as blob:
+                    while chunk := source.read(1 << 20):
+                        blob.write(chunk)
             self._db.execute("DELETE FROM snapshot_offsets")
             self._upsert("snapshot_offsets", rows)
 
