@@ -21,11 +21,11 @@ compared to detect the kernel's watch limit (watcher.py).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import select
 import struct
 
+from trainsentry.libc import LIBC
 from trainsentry.sources.discover import CONTROL_DIR
 
 IN_MODIFY = 0x00000002
@@ -50,21 +50,14 @@ SKIPPED_DIRS = frozenset({CONTROL_DIR, ".git"})
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
 _READ_BYTES = 1 << 16
 
-_libc: ctypes.CDLL | None = None
+
+def available() -> bool:
+    return hasattr(LIBC, "inotify_init1")
 
 
 def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
-
-
-def available() -> bool:
-    try:
-        return hasattr(_lib(), "inotify_init1")
-    except OSError:
-        return False
+    assert LIBC is not None  # InotifyTree is made only where available()
+    return LIBC
 
 
 def _check(result: int, what: str) -> int:
@@ -91,7 +84,6 @@ class InotifyTree:
     def __init__(self) -> None:
         self.fd = _check(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
         self._paths: dict[int, str] = {}  # watch descriptor -> the directory (or file) it watches
-        self._watched: set[str] = set()
         self._tops: set[str] = set()  # what add_tree was asked to watch
         self._lost: set[str] = set()  # tops whose watch the kernel removed (deleted)
 
@@ -150,11 +142,7 @@ class InotifyTree:
 
     def _add(self, path: str, mask: int) -> None:
         wd = _check(_lib().inotify_add_watch(self.fd, os.fsencode(path), mask), path)
-        old = self._paths.get(wd)  # the same inode again (a move): same wd, new path
-        if old is not None:
-            self._watched.discard(old)
-        self._paths[wd] = path
-        self._watched.add(path)
+        self._paths[wd] = path  # the same inode again (a move): same wd, new path
 
     def _forget_below(self, path: str) -> None:
         """A directory moved away: its watches would report paths it no longer has."""
@@ -163,7 +151,6 @@ class InotifyTree:
             if watched == path or watched.startswith(prefix):
                 _lib().inotify_rm_watch(self.fd, wd)
                 del self._paths[wd]
-                self._watched.discard(watched)
 
     @property
     def watches(self) -> int:
@@ -209,7 +196,6 @@ class InotifyTree:
             base = paths.get(wd)
             if mask & IN_IGNORED:
                 gone = paths.pop(wd, "")  # removed by the kernel or by us
-                self._watched.discard(gone)
                 if gone in self._tops:
                     self._lost.add(gone)
                 continue
@@ -226,7 +212,8 @@ class InotifyTree:
                 self._forget_below(path)
             elif mask & (IN_CREATE | IN_MOVED_TO) or (
                 # a directory made readable again gets the watches it was refused
-                mask & IN_ATTRIB and name and path not in self._watched
+                # (a chmod of a directory is rare: a look through the watches is fine)
+                mask & IN_ATTRIB and name and path not in paths.values()
             ):
                 try:
                     self._add(path, MASK | IN_ONLYDIR | IN_DONT_FOLLOW)
@@ -239,5 +226,4 @@ class InotifyTree:
             os.close(self.fd)
             self.fd = -1
             self._paths.clear()
-            self._watched.clear()
             self._lost.clear()

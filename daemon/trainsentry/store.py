@@ -284,12 +284,16 @@ class Store:
 
     def add(self, point: Point) -> Series:
         """File one point; returns its series so a caller can read the window at once."""
-        tags = self._runs.get(point.run)
-        if tags is None:
-            tags = self._runs[point.run] = {}
+        tags = self._tags(point.run)
         series = tags.get(point.tag) or self._new_series(tags, point.tag)
         series.add(point)
         return series
+
+    def _tags(self, run: str) -> dict[str, Series]:
+        tags = self._runs.get(run)
+        if tags is None:
+            tags = self._runs[run] = {}
+        return tags
 
     def _new_series(self, tags: dict[str, Series], tag: str) -> Series:
         if self._judged is None or self._judged(tag):
@@ -302,14 +306,12 @@ class Store:
 
     def extend(self, points: Iterable[Point]) -> None:
         """`add` for each point; the run is looked up once per run of points (a file's batch)."""
-        runs = self._runs
         run_id: str | None = None
         tags: dict[str, Series] = {}
         for point in points:
             if point[0] != run_id:
                 run_id = point[0]
-                got = runs.get(run_id)
-                tags = runs[run_id] = {} if got is None else got
+                tags = self._tags(run_id)
             series = tags.get(point[1]) or self._new_series(tags, point[1])
             series.add(point)
 

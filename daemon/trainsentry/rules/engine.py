@@ -130,7 +130,6 @@ class Engine:
                 spans.setdefault(rule.condition.other, set()).add(rule.condition.other_smoothing)
         self._other_spans = {name: frozenset(s) for name, s in spans.items()}
         self._bindings.clear()
-        self._clock_sets: dict[tuple[m.Rule, ...], tuple[m.Rule, ...]] = {}
 
     def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
         """Swap the rules of a live engine, keeping the state of every unchanged rule.
@@ -167,9 +166,7 @@ class Engine:
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
                 (clocks if isinstance(rule.condition, m.NoData) else series).append(rule)
         idle = not series and canonical not in self._other_spans
-        # one tuple for equal sets of clocks: feed_all tells a record's tags apart by identity
-        clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))
-        binding = _Binding(canonical, tuple(series), clock_rules, idle)
+        binding = _Binding(canonical, tuple(series), tuple(clocks), idle)
         self._bindings[tag] = binding
         return binding
 
@@ -183,12 +180,12 @@ class Engine:
         The loop is the daemon's per-point hot path: most points are of
         series no rule judges (they only move their run's clocks and step),
         and a record's points share one run, step and stamp, so the run is
-        looked up and the no-data clocks advanced once per record, not per tag.
+        looked up once per run of points and each no-data clock skips the
+        record's other tags (`_advance_clocks`).
         """
         out: list[Transition] = []
         bindings, runs = self._bindings, self._runs
         run: _Run | None = None
-        advanced: tuple[tuple[m.Rule, ...], int, float] | None = None
         for point in points:
             run_id, tag, step, wall, _ = point
             binding = bindings.get(tag) or self._bind(tag)
@@ -196,16 +193,8 @@ class Engine:
                 run = runs.get(run_id)
                 if run is None:
                     run = runs[run_id] = _Run(run_id)
-                advanced = None
-            clocks = binding.clock_rules
-            if clocks and (
-                advanced is None
-                or clocks is not advanced[0]
-                or step != advanced[1]
-                or wall != advanced[2]
-            ):
-                self._advance_clocks(run, clocks, step, wall, out)
-                advanced = (clocks, step, wall)
+            if binding.clock_rules:
+                self._advance_clocks(run, binding.clock_rules, step, wall, out)
             run.last_step, run.last_wall = step, wall
             if not binding.idle:
                 self._judge(run, binding, point, out)
