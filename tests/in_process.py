@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from trainsentry.point import Point
 from trainsentry.runtime import Daemon
+from trainsentry.state import StateDB
 
 
 def write_points(path: Path, steps: range) -> None:
@@ -22,3 +25,15 @@ def read_until(daemon: Daemon, got: list[Point], count: int, cycles: int = 60) -
         if len(got) >= count:
             return
         daemon.cycle(timeout=0.1)
+
+
+@contextmanager
+def following(root: Path, state_dir: Path) -> Iterator[tuple[Daemon, list[Point]]]:
+    """A daemon on `root`, started, and the points it delivers; closed at the end."""
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(state_dir / "state.db"), [got.extend])
+    daemon.start()
+    try:
+        yield daemon, got
+    finally:
+        daemon.close()

@@ -9,14 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from in_process import read_until, write_points
+from in_process import following, read_until, write_points
 
 from trainsentry import runtime
 from trainsentry.inotify import Changes, InotifyTree
-from trainsentry.point import Point
-from trainsentry.runtime import Daemon
 from trainsentry.sources.discover import Root
-from trainsentry.state import StateDB
 from trainsentry.watcher_watchdog import WatchdogWatcher
 
 
@@ -120,18 +117,13 @@ def test_after_an_overflow_the_daemon_reads_every_file(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     for run in ("a", "b"):
         write_points(root / run / "m.jsonl", range(1))
-    got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
-    daemon.start()
-    try:
+    with following(root, tmp_path) as (daemon, got):
         read_until(daemon, got, 2)
         flood(root)
         # written after the queue is full: no event says so
         for run in ("a", "b"):
             write_points(root / run / "m.jsonl", range(1, 3))
         read_until(daemon, got, 6, cycles=100)
-    finally:
-        daemon.close()
     assert sorted((p.run, p.step) for p in got) == [(r, s) for r in "ab" for s in range(3)]
 
 
@@ -143,16 +135,11 @@ def test_the_watchdog_backend_follows_a_live_tree(
     monkeypatch.setattr(runtime, "SAFETY_SWEEP_SECONDS", 3600.0)  # events only
     root = tmp_path / "logs"
     write_points(root / "a" / "m.jsonl", range(2))
-    got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
-    daemon.start()
-    try:
+    with following(root, tmp_path) as (daemon, got):
         read_until(daemon, got, 2)
         write_points(root / "a" / "m.jsonl", range(2, 4))
         write_points(root / "b" / "deep" / "m.jsonl", range(3))
         read_until(daemon, got, 7)
-    finally:
-        daemon.close()
     assert sorted((p.run, p.step) for p in got) == [("a", s) for s in range(4)] + [
         ("b/deep", s) for s in range(3)
     ]
@@ -162,10 +149,7 @@ def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
     """A scratch log dir wiped and recreated: its new runs arrive by event, not by sweep."""
     root = tmp_path / "logs"
     write_points(root / "a" / "m.jsonl", range(2))
-    got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
-    daemon.start()
-    try:
+    with following(root, tmp_path) as (daemon, got):
         read_until(daemon, got, 2)
         shutil.rmtree(root)
         read_until(daemon, got, 3, cycles=5)  # the deletion is read
@@ -173,8 +157,6 @@ def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
         read_until(daemon, got, 5)  # inside the 30 s before a safety sweep
         write_points(root / "b" / "m.jsonl", range(3, 4))
         read_until(daemon, got, 6)
-    finally:
-        daemon.close()
     assert sorted((p.run, p.step) for p in got) == [("a", 0), ("a", 1)] + [
         ("b", s) for s in range(4)
     ]
