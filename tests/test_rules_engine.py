@@ -220,6 +220,33 @@ def test_silence_resolves_the_runs_other_alerts_with_data_stopped() -> None:
     ]
 
 
+def test_each_tag_of_a_record_moves_the_no_data_clocks_that_watch_it() -> None:
+    """One record, one stamp: the run-wide clock moves once, the val_loss one still moves."""
+    rules = ruleset(
+        """
+        - {name: stalled, no_data: {min_silence: 60s}}
+        - {name: eval_stalled, metric: val_loss, no_data: {min_silence: 60s}}
+        """
+    )
+    engine = Engine(rules)
+    record = [
+        Point("r", tag, step, WALL0 + 10.0 * step, 1.0)
+        for step in range(6)
+        for tag in ("loss", "val_loss")
+    ]
+    assert engine.feed_all(record) == []
+    fired = engine.tick(WALL0 + 1000)
+    assert sorted((t.rule, t.state) for t in fired) == [
+        ("eval_stalled", "firing"),
+        ("stalled", "firing"),
+    ]
+    resumed = engine.feed_all([Point("r", t, 200, WALL0 + 2000, 1.0) for t in ("loss", "val_loss")])
+    assert sorted((t.rule, t.state) for t in resumed) == [
+        ("eval_stalled", "resolved"),
+        ("stalled", "resolved"),
+    ]
+
+
 def test_tick_without_silence_changes_nothing_and_finished_runs_are_forgotten() -> None:
     rules = ruleset("- {name: stalled, no_data: {min_silence: 60s}}")
     engine = Engine(rules)
@@ -290,3 +317,44 @@ def test_reload_keeps_unchanged_rules_state_and_resolves_removed_ones() -> None:
     engine.feed_all(points("nan", start=4))
     (t,) = engine.reload(ruleset("- {name: nf, metric: loss, severity: critical, non_finite: {}}"))
     assert (t.rule, t.state, t.reason) == ("nf", "resolved", "rule changed")
+
+
+def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_stopped() -> None:
+    """The snapshot packs the conditions' windows (rules/packed.py): nothing of them is lost."""
+    import math
+    import random
+
+    from trainsentry.alerts.grouping import FiringBook
+    from trainsentry.rules.loader import load_rules
+    from trainsentry.snapshot import dump, load
+
+    rng = random.Random(7)
+    pts: list[Point] = []
+    wall = 1_700_000_000.0
+    for step in range(600):
+        wall += 1.0 if step < 450 else 4.0  # steps slow down late: throughput
+        loss = 2.0 / (1 + step / 50) + rng.random() * 0.05
+        if step == 300:
+            loss *= 8  # a spike
+        if step > 500:
+            loss *= math.exp((step - 500) / 20)  # runaway
+        grad = 1.0 + rng.random() if step < 400 else math.exp((step - 400) / 15)
+        pts += [
+            Point("r", "train/loss", step, wall, loss),
+            Point("r", "train/grad_norm", step, wall, grad),
+            Point("r", "eval/loss", step, wall, loss * (1 + step / 300)),
+        ]
+    cut = len(pts) // 2
+    whole = Engine(load_rules())
+    expected = whole.feed_all(pts)
+
+    first = Engine(load_rules())
+    before = first.feed_all(pts[:cut])
+    spool = io.BytesIO()
+    dump(first, FiringBook(), [], spool)
+    saved = load(spool.getvalue())
+    assert saved is not None
+    after = saved.engine.feed_all(pts[cut:])
+    assert [t.as_dict() for t in before + after] == [t.as_dict() for t in expected]
+    fired = {t.rule for t in expected}
+    assert fired >= {"loss_spike", "grad_norm_far_above_baseline", "throughput_drop"}

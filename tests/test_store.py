@@ -202,3 +202,68 @@ def test_a_series_no_rule_reads_keeps_a_short_window_and_the_judged_one_its_full
     assert len(judged.recent()) == 500 and len(side.recent()) == SIDE_RECENT
     for series in (judged, side):  # nothing lost: what left the window is in history
         assert len(series.recent()) + sum(b.count for b in series.history()) == 1000
+
+
+def folded_one_by_one(
+    adds: list[tuple[int, float]], recent_size: int, width: int
+) -> list[tuple[int, int, int, int, float, float, float, float]]:
+    """The history a point-at-a-time fold gives: each point summarised as it leaves."""
+    recent: list[tuple[int, float]] = []
+    buckets: list[list[float]] = []
+
+    def fold(step: int, value: float) -> None:
+        b = buckets[-1] if buckets else None
+        if b is None or step // width != b[0] // width or step < b[1]:
+            b = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
+            buckets.append(b)
+        b[1], b[7] = step, value
+        b[2] += 1
+        if math.isnan(value):
+            b[3] += 1
+        else:
+            b[4], b[5], b[6] = min(b[4], value), max(b[5], value), b[6] + value
+
+    for step, value in adds:
+        if recent and step <= recent[-1][0]:
+            for s, v in [p for p in recent if p[0] >= step]:
+                fold(s, v)
+            recent = [p for p in recent if p[0] < step]
+        elif len(recent) == recent_size:
+            fold(*recent.pop(0))
+        recent.append((step, value))
+    out = []
+    for b in buckets:
+        finite = b[2] - b[3]
+        mean = b[6] / finite if finite else math.nan
+        low, high = (b[4], b[5]) if finite else (math.nan, math.nan)
+        out.append((int(b[0]), int(b[1]), int(b[2]), int(b[3]), low, high, mean, b[7]))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=-50, max_value=400),
+            st.one_of(st.floats(-1e6, 1e6), st.just(math.nan)),
+        ),
+        max_size=300,
+    ),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=1, max_value=30),
+)
+def test_history_folded_a_prefix_at_a_time_equals_folding_each_point_as_it_leaves(
+    adds: list[tuple[int, float]], recent_size: int, width: int
+) -> None:
+    store = Store(recent_size=recent_size, bucket_steps=width, max_buckets=10_000)
+    for step, value in adds:
+        store.add(point(step, value))
+    series = store.get("exp/a", "loss")
+    got = [] if series is None else series.history()
+    want = folded_one_by_one(adds, recent_size, width)
+    assert [(b.first_step, b.last_step, b.count, b.nan_count) for b in got] == [w[:4] for w in want]
+    for b, w in zip(got, want, strict=True):
+        assert b.min == w[4] or (math.isnan(b.min) and math.isnan(w[4]))
+        assert b.max == w[5] or (math.isnan(b.max) and math.isnan(w[5]))
+        assert b.mean == pytest.approx(w[6], rel=1e-9, abs=1e-6, nan_ok=True)
+        assert b.last == w[7] or (math.isnan(b.last) and math.isnan(w[7]))

@@ -49,6 +49,9 @@ MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN
 SKIPPED_DIRS = frozenset({CONTROL_DIR, ".git"})
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
 _READ_BYTES = 1 << 16
+# events that are not a plain change of a file in a watched directory
+_NOT_A_FILE_CHANGE = IN_ISDIR | IN_IGNORED | IN_Q_OVERFLOW
+_NAMED_MAX = 1 << 16
 
 
 def available() -> bool:
@@ -85,6 +88,11 @@ class InotifyTree:
         self.fd = _check(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
         self._paths: dict[int, str] = {}  # watch descriptor -> the directory (or file) it watches
         self._tops: set[str] = set()  # what add_tree was asked to watch
+        # (wd, name as the kernel gave it) -> the file's path: a live fleet writes the
+        # same files over and over, and joining and decoding the path of each event
+        # was most of this module's cost. Cleared whenever a directory event could
+        # move a watch to another path.
+        self._named: dict[tuple[int, bytes], str] = {}
         self._lost: set[str] = set()  # tops whose watch the kernel removed (deleted)
 
     # -- watches ------------------------------------------------------------
@@ -142,7 +150,9 @@ class InotifyTree:
 
     def _add(self, path: str, mask: int) -> None:
         wd = _check(_lib().inotify_add_watch(self.fd, os.fsencode(path), mask), path)
-        self._paths[wd] = path  # the same inode again (a move): same wd, new path
+        if self._paths.get(wd, path) != path:
+            self._named.clear()  # the same inode again (a move): same wd, new path
+        self._paths[wd] = path
 
     def _forget_below(self, path: str) -> None:
         """A directory moved away: its watches would report paths it no longer has."""
@@ -186,15 +196,23 @@ class InotifyTree:
         unpack, size, paths = _HEADER.unpack_from, _HEADER.size, self._paths
         files, dirs = into.files, into.dirs
         offset, end = 0, len(data)
+        named = self._named
         while offset + size <= end:
             wd, mask, _cookie, length = unpack(data, offset)
-            name = data[offset + size : offset + size + length].rstrip(b"\0")
+            raw = data[offset + size : offset + size + length]
             offset += size + length
+            if not mask & _NOT_A_FILE_CHANGE:
+                path = named.get((wd, raw))
+                if path is not None:  # a file seen before in a watched directory
+                    files.add(path)
+                    continue
+            name = raw.rstrip(b"\0")
             if mask & IN_Q_OVERFLOW:
                 into.overflow = True
                 continue
             base = paths.get(wd)
             if mask & IN_IGNORED:
+                named.clear()
                 gone = paths.pop(wd, "")  # removed by the kernel or by us
                 if gone in self._tops:
                     self._lost.add(gone)
@@ -204,7 +222,12 @@ class InotifyTree:
             path = os.path.join(base, os.fsdecode(name)) if name else base
             if not mask & IN_ISDIR:
                 files.add(path)
+                if name and not mask & _NOT_A_FILE_CHANGE:
+                    if len(named) >= _NAMED_MAX:
+                        named.clear()
+                    named[(wd, raw)] = path
                 continue
+            named.clear()  # a directory created, moved or gone: watches may have moved
             dirs.add(path)
             if os.path.basename(path) in SKIPPED_DIRS:
                 continue
@@ -226,4 +249,5 @@ class InotifyTree:
             os.close(self.fd)
             self.fd = -1
             self._paths.clear()
+            self._named.clear()
             self._lost.clear()

@@ -61,6 +61,12 @@ WATCH_GRACE_SECONDS = 1.0
 # of the loop's time goes to it (a large fleet's pickle takes half a second).
 SNAPSHOT_SECONDS = 60.0
 SNAPSHOT_SHARE = 0.02
+# Read offsets are committed at most this often (and before every snapshot and at
+# a stop), not after every cycle: a live fleet turns the loop ~100 times a second,
+# and a SQLite transaction per turn was a tenth of the daemon's CPU. A kill -9 then
+# repeats at most this long of points on the terminal; the outbox's idempotency
+# keys keep every notification from being sent twice.
+COMMIT_SECONDS = 1.0
 
 
 class Memory(Protocol):
@@ -159,6 +165,8 @@ class Daemon:
                 self._relearn_from = saved.offsets
         self._watcher = new_watcher()
         self._pending: set[str] = set()
+        self._unsaved: dict[str, FileTail] = {}  # read since the last commit
+        self._next_commit = 0.0
         self._last_sweep = 0.0
         # Plain flags, not Events: a signal handler runs on the main thread between
         # bytecodes, possibly while that thread holds an Event's internal lock
@@ -233,6 +241,8 @@ class Daemon:
             wait = max(0.0, self._last_sweep + interval - time.monotonic())
             if timeout is not None:
                 wait = min(wait, timeout)
+            if self._unsaved:  # a quiet moment must not leave offsets uncommitted
+                wait = min(wait, max(0.0, self._next_commit - time.monotonic()))
             self._wait(wait)
         if self.stopping:
             return 0
@@ -350,7 +360,6 @@ class Daemon:
         can tell a heartbeat that a long cycle is working, not stuck.
         """
         delivered = 0
-        touched: list[FileTail] = []
         gone: list[str] = []
         again: set[str] = set()
         # Files still relearning first: the restored state catches up on every file
@@ -385,13 +394,14 @@ class Daemon:
             if got.gone:
                 gone.append(key)
             else:
-                touched.append(tail)
+                self._unsaved[key] = tail
             if self.on_progress is not None:
                 self.on_progress()
             if self._backfill_start is not None:
                 self._backfilled(key, len(got.points), more=got.more)
         self._pending = again
-        self.state.save_offsets(t.checkpoint() for t in touched)
+        if time.monotonic() >= self._next_commit:
+            self._commit()
         if gone:
             self._release(gone)
         self.stats.cycles += 1
@@ -437,6 +447,7 @@ class Daemon:
         runs = {self._tails[k].log.run for k in keys}
         for k in keys:
             self._tails.pop(k).close()
+            self._unsaved.pop(k, None)
             self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)
@@ -460,7 +471,15 @@ class Daemon:
         return None
 
     def _save(self) -> None:
+        self._unsaved.clear()
         self.state.save_offsets(t.checkpoint() for t in self._tails.values())
+
+    def _commit(self) -> None:
+        """Save the offsets of the files read since the last commit."""
+        self._next_commit = time.monotonic() + COMMIT_SECONDS
+        if self._unsaved:
+            unsaved, self._unsaved = self._unsaved, {}
+            self.state.save_offsets(t.checkpoint() for t in unsaved.values())
 
     def _snapshot(self) -> None:
         """Save the memory with each file's read position, at a cycle's end (consistent).
@@ -471,6 +490,9 @@ class Daemon:
         if self._memory is None:
             return
         began = time.monotonic()
+        # the snapshot's positions must not pass the committed offsets: a restart
+        # relearns from the one up to the other
+        self._commit()
         try:
             # spooled through an unnamed file beside state.db: the state is never
             # held twice in memory (snapshot.py)

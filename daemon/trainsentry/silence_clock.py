@@ -29,6 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 
 from trainsentry.point import Point
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 # validation/) are read one after the other, so their stamps interleave by
 # about as much; ten minutes is well clear, and below every silence floor.
 STEP_SECONDS = 600.0
+_STAMP = itemgetter(3)  # a Point's wall_time
 SAY_EVERY_SECONDS = 60.0
 
 
@@ -73,10 +75,15 @@ class SilenceClock:
             # to judge, and no per-point cost
             runs[last.run] = [last.wall_time, wall, mono, 0.0]
             return [(points, "", 0.0)]
+        # The common live batch is one record: one run, one stamp. Judged once, by
+        # its first point, without a Python loop over the record's tags.
+        judged = points
+        if first.run == last.run and len(set(map(_STAMP, points))) == 1:
+            judged = points[:1]
         parts: list[tuple[Sequence[Point], str, float]] = []
         start = 0
         previous: tuple[str, float] | None = None
-        for i, (run, _, _, stamp, _) in enumerate(points):
+        for i, (run, _, _, stamp, _) in enumerate(judged):
             if stamp != stamp:  # NaN: no stamp to judge
                 continue
             if previous is not None and stamp == previous[1] and run == previous[0]:

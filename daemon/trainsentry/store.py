@@ -41,12 +41,16 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 from trainsentry.point import Point
 
 _new = tuple.__new__
+_LAST = attrgetter("_last")  # a Series' newest point (set by its first add)
+_STEP, _WALL = itemgetter(2), itemgetter(3)
 INT64_MAX = (1 << 63) - 1
 # A series no rule reads: enough for a plot's context in an incident bundle.
 SIDE_RECENT = 100
@@ -174,6 +178,7 @@ class Series:
         ]
 
     def history(self) -> list[Bucket]:
+        self._retire()
         buckets = self._closed_buckets()
         if self._open is not None:
             buckets.append(self._close_open())
@@ -183,24 +188,13 @@ class Series:
         _, _, step, wall, value = point
         steps = self._steps
         self.count += 1
-        held = len(steps) - self._head
-        if held and step <= steps[-1]:
-            if step < steps[-1]:
-                self.segment += 1
-            cut = len(steps)
-            while cut > self._head and steps[cut - 1] >= step:
-                cut -= 1
-            values = self._values
-            for i in range(cut, len(steps)):  # oldest first, as they were added
-                self._fold(steps[i], values[i])
-            del steps[cut:], self._walls[cut:], values[cut:]
-        elif held == self._maxlen:
-            h = self._head
-            self._fold(steps[h], self._values[h])
-            self._head = h + 1
+        n = len(steps)
+        if n > self._head and step <= steps[-1]:
+            self._rewind(step)
+        elif n - self._head == self._maxlen:
+            self._head += 1  # the oldest point leaves the window; folded with its prefix
             if self._head >= self._compact_at:
-                del steps[: self._head], self._walls[: self._head], self._values[: self._head]
-                self._head = 0
+                self._retire()
         try:
             steps.append(step)
         except OverflowError:  # a step beyond int64 (a garbled log): kept at the limit
@@ -209,27 +203,62 @@ class Series:
         self._values.append(value)
         self._last = point
 
-    def _fold(self, step: int, value: float) -> None:
-        key = step // self._width
-        current = self._open
-        if current is None or key != self._open_key or step < current[1]:
-            if current is not None:
-                self._closed.extend(_fields(self._close_open()))
-                if len(self._closed) > self._max_buckets * BUCKET_FIELDS:
-                    self._coarsen()
-            self._open = current = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
-            self._open_key = key
-        current[1] = step
-        current[2] += 1
-        current[7] = value
-        if value != value:
-            current[3] += 1
-            return
-        if value < current[4]:
-            current[4] = value
-        if value > current[5]:
-            current[5] = value
-        current[6] += value
+    def _rewind(self, step: int) -> None:
+        """A rewind or a repeated step: the window's points at or after `step` leave it."""
+        steps = self._steps
+        if step < steps[-1]:
+            self.segment += 1
+        self._retire()  # what left the window earlier is folded first, in order
+        cut = bisect_left(steps, step)
+        self._fold(cut, len(steps))
+        del steps[cut:], self._walls[cut:], self._values[cut:]
+
+    def _retire(self) -> None:
+        """Fold the points that left the window (the dead prefix) into history; cut them off.
+
+        Folded a prefix at a time, not a point at a time: the window's steps
+        increase strictly, so each bucket's share of the prefix is one slice
+        (found by bisection) summarised by C-level min/max/sum. Per point that
+        is a few list operations instead of a Python call and a dozen
+        comparisons; the store was the largest per-point cost of a live fleet.
+        """
+        h = self._head
+        if h:
+            self._fold(0, h)
+            del self._steps[:h], self._walls[:h], self._values[:h]
+            self._head = 0
+
+    def _fold(self, lo: int, hi: int) -> None:
+        """Summarise the window's points [lo, hi) (steps increasing) into buckets."""
+        steps, values = self._steps, self._values
+        i = lo
+        while i < hi:
+            step = steps[i]
+            current = self._open
+            if current is None or step // self._width != self._open_key or step < current[1]:
+                current = self._open_bucket(step, values[i])
+            j = bisect_left(steps, (self._open_key + 1) * self._width, i, hi)
+            group = values[i:j]
+            finite = [v for v in group if v == v]
+            current[1] = steps[j - 1]
+            current[2] += j - i
+            current[3] += j - i - len(finite)
+            current[7] = group[-1]
+            if finite:
+                current[4] = min(current[4], min(finite))
+                current[5] = max(current[5], max(finite))
+                current[6] += sum(finite)
+            i = j
+
+    def _open_bucket(self, step: int, value: float) -> list[float]:
+        """Close the open bucket (coarsening history if it is full) and open one at `step`."""
+        if self._open is not None:
+            self._closed.extend(_fields(self._close_open()))
+            if len(self._closed) > self._max_buckets * BUCKET_FIELDS:
+                self._coarsen()
+        self._open = current = [step, step, 0, 0, math.inf, -math.inf, 0.0, value]
+        self._open_key = step // self._width
+        return current
 
     def _closed_buckets(self) -> list[Bucket]:
         c, n = self._closed, BUCKET_FIELDS
@@ -317,6 +346,17 @@ class Store:
 
     def runs(self) -> list[str]:
         return list(self._runs)
+
+    def newest(self) -> Iterator[tuple[str, int, float, int]]:
+        """Per run: the newest step and wall time over its series, and how many series.
+
+        Read once a second for the status board over every series of the
+        fleet, so the looping is left to C (map over getters), not Python.
+        """
+        for run, tags in self._runs.items():
+            lasts = list(map(_LAST, tags.values()))
+            if lasts:
+                yield run, max(map(_STEP, lasts)), max(map(_WALL, lasts)), len(lasts)
 
     def series(self, run: str) -> dict[str, Series]:
         """The run's series by tag (a copy of the mapping; the series are live)."""

@@ -92,26 +92,8 @@ class DaemonSnapshot:
 
 
 def runs_of_store(store: Any) -> list[RunStatus]:
-    """Each run's newest step and wall time over its series (a `trainsentry.store.Store`).
-
-    Costs one look per series; with the board's throttle that is a few
-    milliseconds a second for a thousand runs of twenty series.
-    """
-    out: list[RunStatus] = []
-    for run in store.runs():
-        series = store.series(run)
-        lasts = [s.last for s in series.values()]
-        if not lasts:
-            continue
-        out.append(
-            RunStatus(
-                run,
-                max(p.step for p in lasts),
-                max(p.wall_time for p in lasts),
-                len(series),
-            )
-        )
-    return out
+    """Each run's newest step and wall time over its series (a `trainsentry.store.Store`)."""
+    return [RunStatus(*row) for row in store.newest()]
 
 
 class DaemonView(Protocol):

@@ -25,6 +25,7 @@ from collections import deque
 
 from trainsentry.rules.condition import RunView, fmt, median
 from trainsentry.rules.model import ACTIVE, QUIET, NoData, Throughput
+from trainsentry.rules.packed import Packed
 
 
 def _duration(seconds: float) -> str:
@@ -46,7 +47,7 @@ def _times(ratio: float) -> str:
     return f"×{ratio:,.0f}" if math.isfinite(ratio) and ratio >= 100 else f"×{ratio:.3g}"
 
 
-class ThroughputCondition:
+class ThroughputCondition(Packed):
     """Seconds per step now against the run's own baseline, by ratio and by an absolute margin.
 
     From the clock, an interval runs between two *distinct* wall stamps: a
@@ -63,6 +64,7 @@ class ThroughputCondition:
     __slots__ = (
         "baseline", "last", "learning", "now", "previous", "recent", "seen", "spec", "steps",
     )  # fmt: skip
+    _packed = ("recent",)
 
     def __init__(self, spec: Throughput) -> None:
         self.spec = spec
@@ -144,7 +146,7 @@ class ThroughputCondition:
         return f"{what}{median_of}, {against}"
 
 
-class NoDataClock:
+class NoDataClock(Packed):
     """Per run, not per series: when would silence become suspicious?
 
     The engine feeds it every point of the run (`observe`) and asks `due()` for
@@ -153,6 +155,7 @@ class NoDataClock:
     """
 
     __slots__ = ("fresh", "intervals", "last_step", "last_wall", "spec", "step_wall", "wait")
+    _packed = ("intervals",)
 
     def __init__(self, spec: NoData) -> None:
         self.spec = spec

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Protocol
 
 from trainsentry.rules.model import Span
+from trainsentry.rules.packed import Packed
 
 
 class OtherSeries:
@@ -51,7 +52,7 @@ class Evaluator(Protocol):
         ...
 
 
-class SpanWindow:
+class SpanWindow(Packed):
     """The points within a span of the newest one, with running sum and sum of squares.
 
     Sums are rebuilt from the deque once per window length of evictions, which
@@ -59,6 +60,7 @@ class SpanWindow:
     """
 
     __slots__ = ("_evicted", "first_position", "items", "span", "sum", "sumsq")
+    _packed = ("items",)
 
     def __init__(self, span: Span) -> None:
         self.span = span

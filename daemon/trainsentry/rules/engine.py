@@ -93,6 +93,11 @@ class _Run:
     clocks: dict[str, Alert] = field(default_factory=dict)  # rule name → no-data alert
     last_step: int = 0
     last_wall: float = 0.0
+    # The clock rules last advanced and the stamp they were advanced to: the other
+    # points of a record (same step, same stamp) leave them as they are.
+    marked: tuple[m.Rule, ...] = ()
+    marked_step: int = 0
+    marked_wall: float = math.nan
 
     def other(self, canonical: str) -> OtherSeries | None:
         return self.others.get(canonical)
@@ -129,6 +134,7 @@ class Engine:
             if isinstance(rule.condition, m.Pair):
                 spans.setdefault(rule.condition.other, set()).add(rule.condition.other_smoothing)
         self._other_spans = {name: frozenset(s) for name, s in spans.items()}
+        self._clock_sets: dict[tuple[m.Rule, ...], tuple[m.Rule, ...]] = {}
         self._bindings.clear()
 
     def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
@@ -166,7 +172,9 @@ class Engine:
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
                 (clocks if isinstance(rule.condition, m.NoData) else series).append(rule)
         idle = not series and canonical not in self._other_spans
-        binding = _Binding(canonical, tuple(series), tuple(clocks), idle)
+        # one tuple per distinct set of clock rules: feed_all compares them by identity
+        clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))
+        binding = _Binding(canonical, tuple(series), clock_rules, idle)
         self._bindings[tag] = binding
         return binding
 
@@ -180,8 +188,9 @@ class Engine:
         The loop is the daemon's per-point hot path: most points are of
         series no rule judges (they only move their run's clocks and step),
         and a record's points share one run, step and stamp, so the run is
-        looked up once per run of points and each no-data clock skips the
-        record's other tags (`_advance_clocks`).
+        looked up once per run of points and the no-data clocks are advanced
+        once per record (`_Run.marked`; each clock also skips a stamp it has
+        seen, for records whose tags have other clock rules).
         """
         out: list[Transition] = []
         bindings, runs = self._bindings, self._runs
@@ -193,8 +202,12 @@ class Engine:
                 run = runs.get(run_id)
                 if run is None:
                     run = runs[run_id] = _Run(run_id)
-            if binding.clock_rules:
-                self._advance_clocks(run, binding.clock_rules, step, wall, out)
+            clocks = binding.clock_rules
+            if clocks and (
+                clocks is not run.marked or step != run.marked_step or wall != run.marked_wall
+            ):
+                self._advance_clocks(run, clocks, step, wall, out)
+                run.marked, run.marked_step, run.marked_wall = clocks, step, wall
             run.last_step, run.last_wall = step, wall
             if not binding.idle:
                 self._judge(run, binding, point, out)

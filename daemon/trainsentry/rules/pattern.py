@@ -17,13 +17,15 @@ from collections import deque
 
 from trainsentry.rules.condition import RunView, SpanWindow, axis, fmt
 from trainsentry.rules.model import ACTIVE, CRITICAL, QUIET, Growth, Span, Spike
+from trainsentry.rules.packed import Packed
 
 
-class GrowthCondition:
+class GrowthCondition(Packed):
     __slots__ = (
         "count", "fit", "growing", "items", "origin", "rebuild_in", "spec",
         "sx", "sxx", "sxy", "sy", "syy", "value",
     )  # fmt: skip
+    _packed = ("items",)
 
     def __init__(self, spec: Growth) -> None:
         self.spec = spec
@@ -135,7 +137,7 @@ class GrowthCondition:
         return text
 
 
-class SpikeCondition:
+class SpikeCondition(Packed):
     """A point far above the recent level; repeated spike *episodes* escalate.
 
     `sigma`: above mean + k·σ of the last `window` points and at least
@@ -153,6 +155,7 @@ class SpikeCondition:
         "calm", "count", "fast", "in_episode", "limit", "mean", "slow", "spec", "spikes",
         "value", "window",
     )  # fmt: skip
+    _packed = ("spikes",)
 
     def __init__(self, spec: Spike) -> None:
         self.spec = spec

@@ -16,6 +16,7 @@ from collections import deque
 
 from trainsentry.rules.condition import RunView, SpanWindow, fmt, median
 from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise
+from trainsentry.rules.packed import Packed
 
 
 class PlateauCondition:
@@ -161,7 +162,7 @@ class RiseCondition:
         )
 
 
-class BaselineCondition:
+class BaselineCondition(Packed):
     """Robust z-score (median/MAD) and ratio against the run's own early history.
 
     The baseline is learned once from the first `learn` points after `skip`
@@ -171,6 +172,7 @@ class BaselineCondition:
     """
 
     __slots__ = ("count", "mad", "med", "ring", "since_refresh", "spec", "value", "z")
+    _packed = ("ring",)
 
     def __init__(self, spec: Baseline) -> None:
         self.spec = spec
