@@ -1,0 +1,88 @@
+"""Read offsets are committed once a second, not per cycle, yet never fall behind a snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+from in_process import following, read_until, write_points
+
+from trainsentry import runtime
+from trainsentry.point import Point
+from trainsentry.runtime import Daemon
+from trainsentry.state import StateDB
+
+
+def committed(state_dir: Path, log: Path) -> int:
+    db = StateDB(state_dir / "state.db")
+    try:
+        cp = db.load_offsets().get(str(log))
+    finally:
+        db.close()
+    return cp.offset if cp is not None else -1
+
+
+class Remembers:
+    """The smallest alert state (runtime.Memory): the points it was handed."""
+
+    digest = "test"
+
+    def __init__(self) -> None:
+        self.points: list[Point] = []
+
+    def restore(self, blob: bytes) -> bool:
+        return False
+
+    def dump(self, out: BinaryIO) -> None:
+        out.write(b"x")
+
+    def relearn(self, points: list[Point]) -> None:
+        pass
+
+    def keep_only(self, runs: set[str]) -> None:
+        pass
+
+
+def test_offsets_wait_for_the_commit_interval_and_a_stop_commits_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "COMMIT_SECONDS", 3600.0)
+    log = tmp_path / "logs" / "exp" / "metrics.jsonl"
+    write_points(log, range(5))
+    with following(tmp_path / "logs", tmp_path / "state") as (daemon, got):
+        read_until(daemon, got, 5)
+        first = log.stat().st_size
+        assert committed(tmp_path / "state", log) == first  # the first read commits at once
+        write_points(log, range(5, 9))
+        read_until(daemon, got, 9)
+        assert len(got) == 9
+        assert committed(tmp_path / "state", log) == first  # delivered, not committed yet
+    assert committed(tmp_path / "state", log) == log.stat().st_size  # the stop commits
+
+
+def test_a_snapshot_commits_the_offsets_it_is_taken_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart relearns from the snapshot's position up to the committed offset: the
+    committed one must never be behind it."""
+    monkeypatch.setattr(runtime, "COMMIT_SECONDS", 3600.0)
+    log = tmp_path / "logs" / "exp" / "metrics.jsonl"
+    write_points(log, range(5))
+    got: list[Point] = []
+    state = StateDB(tmp_path / "state" / "state.db")
+    daemon = Daemon(
+        [tmp_path / "logs"], state, [got.extend], memory=Remembers(), snapshot_every=3600
+    )
+    daemon.start()
+    try:
+        write_points(log, range(5, 9))
+        read_until(daemon, got, 9)
+        daemon._next_snapshot = 0.0  # due now: taken at the end of the next cycle
+        daemon.cycle(timeout=0.1)
+        snapshot = state.load_snapshot("test")
+        assert snapshot is not None
+        assert snapshot.offsets[str(log)].offset == log.stat().st_size
+        assert committed(tmp_path / "state", log) == log.stat().st_size
+    finally:
+        daemon.close()
