@@ -540,3 +540,27 @@ def test_records_with_valid_crc_but_damaged_events_never_raise(data: st.DataObje
     assert decoded.consumed == len(stream)
     first = TfEventsDecoder().feed(original, at_eof=True, file_time=FILE_TIME).samples
     assert _same(decoded.samples[-len(first) :], first)  # nothing learnt from damage misleads
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_several_value_events_damaged_decode_as_protobuf_decodes_them(
+    data: st.DataObject,
+) -> None:
+    """A record shaped like a known several-value one, bytes changed anywhere, is taken by
+    the template only when the change is inside a value: otherwise protobuf decides."""
+    values = [summary_pb2.Summary.Value(tag=t, simple_value=0.5 + i) for i, t in enumerate(TAGS)]
+    learnt = [summary_event(s, *values).SerializeToString() for s in (5, 6, 300)]
+    damaged = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        payload = data.draw(st.sampled_from(learnt))
+        at = data.draw(st.integers(0, len(payload) - 1))
+        noise = data.draw(st.binary(min_size=1, max_size=4))
+        damaged.append(payload[:at] + noise + payload[at + len(noise) :])
+    stream = b"".join(encode_record(p) for p in learnt + damaged + learnt)
+    fast = TfEventsDecoder().feed(stream, at_eof=True, file_time=FILE_TIME)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tfevents, "_parse_float_summaries", lambda data: None)
+        slow = TfEventsDecoder().feed(stream, at_eof=True, file_time=FILE_TIME)
+    assert _same(fast.samples, slow.samples)
+    assert [e.offset for e in fast.errors] == [e.offset for e in slow.errors]

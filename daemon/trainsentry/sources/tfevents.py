@@ -8,7 +8,8 @@ recognising it costs one dict lookup. So decoding has three tiers:
 1. templates: the bytes between the step varint and the value identify tag and
    encoding; once seen, a record is decoded by one slice and one lookup.
    Tensor-encoded float scalars (TF2/Keras, torch `new_style`) get templates
-   too, keyed on the metadata that trails the value.
+   too, keyed on the metadata that trails the value; so do events of several
+   simple values (TF1's merged summaries), by the bytes between their floats.
 2. a hand-rolled wire parser for summaries of float scalars (simple_value, or
    rank-0 float/double tensors; one or several per event). It registers a
    template for single-value events.
@@ -55,6 +56,9 @@ _Frame = tuple[
 # tag, offset of the value, struct format, is a tensor, serialized metadata
 _Value = tuple[str, int, str, bool, bytes | None]
 _SIMPLE = ("<f", b"")
+# bytes after the step that key a several-value template: the summary's and its first
+# value's headers, which end before the first float whatever the tag (tier 2 wants one)
+_MANY_KEY = 6
 
 
 class TfEventsDecoder:
@@ -66,6 +70,8 @@ class TfEventsDecoder:
         self._frames: dict[bytes, _Frame] = {}
         # (value format, bytes after the value) -> {bytes between step and value: tag}
         self._shapes: dict[tuple[str, bytes], dict[bytes, str]] = {_SIMPLE: {}}
+        # (record length, its first bytes after the step) -> a several-value template
+        self._many: dict[tuple[int, bytes], _Many] = {}
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         buf = data if isinstance(data, bytes) else bytes(data)
@@ -131,6 +137,11 @@ class TfEventsDecoder:
                                 if self._shaped(buf, pos, data, j, step, add):
                                     pos = end
                                     continue
+                                many = self._many.get((len(data), data[j : j + _MANY_KEY]))
+                                stamp = wall_time or ftime
+                                if many is not None and many.take(data, j, step, stamp, rows):
+                                    pos = end
+                                    continue
                         self._slow(buf, pos, data, ftime, rows, errors)
                         pos = end
                         continue
@@ -193,6 +204,7 @@ class TfEventsDecoder:
     def _forget_templates(self) -> None:
         for table in self._shapes.values():
             table.clear()
+        self._many.clear()
 
     def _slow(
         self,
@@ -221,8 +233,15 @@ class TfEventsDecoder:
         wall_time, step, step_end, values = parsed
         for tag, at, fmt, _, _ in values:
             out.append((tag, step, wall_time or ftime, struct.unpack_from(fmt, data, at)[0]))
-        if len(values) == 1 and wall_time and data[0] == 9 and data[9] == 16:
+        if not (wall_time and data[0] == 9 and data[9] == 16):
+            return
+        if len(values) == 1:
             self._register(buf[pos : pos + HEADER_BYTES], data, step_end, values[0])
+        elif all(v[2] == "<f" and not v[3] and v[4] is None for v in values):
+            if len(self._many) >= 4096:
+                self._many.clear()
+            key = (len(data), data[step_end : step_end + _MANY_KEY])
+            self._many[key] = _Many(data, step_end, values)
 
     def _decode_proto(
         self, data: bytes, offset: int, ftime: float, out: list[Any], errors: list[DecodeError]
@@ -277,6 +296,35 @@ class TfEventsDecoder:
             self._plugins[tag] = plugin
             # Templates of bare tensors under this tag assumed "no plugin".
             self._forget_templates()
+
+
+class _Many:
+    """Tier 1 for an event of several simple values (TF1's merged summaries, writers that
+    log every scalar of a step in one Summary): the bytes after the step are those of
+    a record tier 2 understood completely, except the floats. One struct unpack
+    yields the bytes between the floats and the floats; the record is taken only
+    when every byte between them is as in that record, so tags and structure are."""
+
+    __slots__ = ("_between", "_size", "_tags", "_unpack")
+
+    def __init__(self, data: bytes, start: int, values: list[_Value]) -> None:
+        cuts = [start] + [c for v in values for c in (v[1], v[1] + 4)] + [len(data)]
+        between = [data[cuts[i] : cuts[i + 1]] for i in range(0, len(cuts), 2)]
+        self._between = tuple(between)
+        self._tags = [v[0] for v in values]
+        fmt = "".join(f"{len(b)}sf" for b in between[:-1]) + f"{len(between[-1])}s"
+        layout = struct.Struct("<" + fmt)
+        self._unpack, self._size = layout.unpack_from, layout.size
+
+    def take(self, data: bytes, start: int, step: int, wall: float, out: list[Any]) -> bool:
+        if len(data) - start != self._size:  # the step took another number of bytes
+            return False
+        fields = self._unpack(data, start)
+        if fields[0::2] != self._between:
+            return False
+        n = len(self._tags)
+        out.extend(zip(self._tags, repeat(step, n), repeat(wall, n), fields[1::2], strict=True))
+        return True
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
