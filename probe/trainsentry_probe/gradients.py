@@ -29,13 +29,16 @@ def norms_of(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     if any(t.is_sparse for t in tensors):  # sparse embedding gradients: the slow path
         dense = [t.coalesce()._values() if t.is_sparse else t for t in tensors]
         return torch.stack([torch.linalg.vector_norm(t.float()).to(device) for t in dense])
-    try:
-        norms: list[torch.Tensor] = list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
-    except (TypeError, RuntimeError):  # torch without the dtype argument
-        norms = [n.float() for n in torch._foreach_norm(tensors, 2)]
-    if all(n.device == device for n in norms):
-        return torch.stack(norms)
-    return torch.stack([n.to(device) for n in norms])  # a model spread over devices
+    with torch.no_grad():  # gradients themselves never require grad; no detach per tensor
+        try:
+            norms = list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+        except (TypeError, RuntimeError):  # torch without the dtype argument
+            norms = [n.float() for n in torch._foreach_norm(tensors, 2)]
+        try:
+            stacked = torch.stack(norms)
+        except RuntimeError:  # a model spread over devices
+            return torch.stack([n.to(device) for n in norms])
+    return stacked if stacked.device == device else stacked.to(device)
 
 
 @dataclass

@@ -123,5 +123,5 @@ def with_grads(layers: LayerMap) -> tuple[list[int], list[torch.Tensor]]:
         grad = param.grad
         if grad is not None:
             indices.append(i)
-            grads.append(grad.detach())
+            grads.append(grad)  # read under no_grad (gradients.norms_of): no detach
     return indices, grads
