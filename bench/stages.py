@@ -1,0 +1,153 @@
+"""Where the daemon's CPU goes under load.py's fleet: per stage, per point (nothing asserted).
+
+load.py measures the daemon from outside; py-spy on it is unreliable on VMs
+(waits in select and in idle threads are sampled as busy). Here the same
+writer process (load.py's `generate`) feeds a daemon pipeline (`Service`) run
+in this process, each stage wrapped with the thread's CPU clock, so the cost
+splits exactly: reading (by log kind), store, engine, silence clock, commits,
+the per-cycle work. Printed as µs of one core per point read and calls per
+second, with the daemon thread's total against the writers' own CPU (the
+peer measured in the same run). The wrappers' clock reads (~0.6 µs a call on
+a VM) make the per-record stages read a few hundredths of a µs/point high.
+
+    python bench/stages.py --runs 1000 --seconds 60 [--minutes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from load import cpu_seconds, generate
+
+from trainsentry import runtime, service, silence_clock, store, watcher
+from trainsentry.config.loader import load_config
+from trainsentry.http_api import view
+from trainsentry.rules import engine
+from trainsentry.sources import tail
+
+STAGES: list[tuple[type, str]] = [
+    (store.Store, "extend"),
+    (engine.Engine, "feed_all"),
+    (silence_clock.SilenceClock, "arrived"),
+    (service.Service, "_deliver"),
+    (service.Service, "_on_cycle"),
+    (view.SnapshotBoard, "refresh"),
+    (runtime.Daemon, "cycle"),
+    (runtime.Daemon, "_read"),
+    (runtime.Daemon, "_commit"),
+    (runtime.Daemon, "_snapshot"),
+    (runtime.Daemon, "sweep"),
+    (watcher.InotifyWatcher, "take"),
+]
+
+
+class Clocks:
+    """Thread CPU seconds and calls per stage."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def wrap(self, cls: type, name: str, label: Callable[[Any], str] | None = None) -> None:
+        original = getattr(cls, name)
+        fixed = f"{cls.__name__}.{name}"
+        clock = time.thread_time
+
+        def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                key = fixed if label is None else label(obj)
+                self.seconds[key] += clock() - start
+                self.calls[key] += 1
+
+        setattr(cls, name, timed)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def table(self, points: int, elapsed: float) -> str:
+        return "\n".join(
+            f"  {k:30s} {1e6 * v / points:6.2f} µs/point  {self.calls[k] / elapsed:8.1f} calls/s"
+            for k, v in self.seconds.most_common()
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--tags", type=int, default=20)
+    ap.add_argument("--tb-share", type=float, default=0.2)
+    ap.add_argument("--seconds", type=float, default=60, help="measured phase")
+    ap.add_argument("--minutes", action="store_true", help="also a line per minute (creep)")
+    args = ap.parse_args()
+    gc.set_threshold(100_000, 50, 100)  # as cli.main sets it for `trainsentry run`
+    clocks = Clocks()
+    for cls, name in STAGES:
+        clocks.wrap(cls, name)
+    clocks.wrap(tail.FileTail, "read", lambda t: f"FileTail.read ({t.log.kind})")
+    warmup = 15.0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "logs"
+        root.mkdir()
+        stop_at = time.time() + 2 + warmup + args.seconds + 5
+        gen = mp.Process(
+            target=generate, args=(str(root), args.runs, args.tags, 1.0, args.tb_share, stop_at)
+        )
+        gen.start()
+        assert gen.pid is not None
+        time.sleep(2)
+        svc = service.Service(load_config(None, environ={}), [root], Path(tmp) / "state")
+        daemon = svc.daemon
+        daemon.start()
+        began = time.monotonic()
+        while time.monotonic() - began < warmup:
+            daemon.cycle(timeout=0.5)
+        clocks.reset()
+        p0, c0, g0, t0 = (
+            daemon.stats.points,
+            time.thread_time(),
+            cpu_seconds(gen.pid),
+            time.monotonic(),
+        )
+        minute = (t0, c0, p0)
+        while time.monotonic() - t0 < args.seconds:
+            daemon.cycle(timeout=0.5)
+            if args.minutes and time.monotonic() - minute[0] >= 60:
+                n = daemon.stats.points - minute[2]
+                took = time.thread_time() - minute[1]
+                print(f"minute: {1e6 * took / n:.2f} µs/point", file=sys.stderr, flush=True)
+                minute = (time.monotonic(), time.thread_time(), daemon.stats.points)
+        p1, c1, g1, t1 = (
+            daemon.stats.points,
+            time.thread_time(),
+            cpu_seconds(gen.pid),
+            time.monotonic(),
+        )
+        gen.terminate()
+        gen.join()
+        daemon.close()
+    points, elapsed = p1 - p0, t1 - t0
+    cpu, writers = (c1 - c0) / elapsed, (g1 - g0) / elapsed
+    print(
+        f"{args.runs} runs x {args.tags} series: {points / elapsed:,.0f} points/s read; daemon "
+        f"thread {100 * cpu:.1f}% of a core = {1e6 * (c1 - c0) / points:.2f} µs/point, "
+        f"{cpu / writers:.2f}x the writers' own {100 * writers:.1f}%",
+        file=sys.stderr,
+    )
+    print(clocks.table(points, elapsed), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
