@@ -23,13 +23,17 @@ from trainsentry_probe.layers import LayerMap, with_grads
 
 
 def norms_of(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """The 2-norm of each tensor as one float32 vector on `device`."""
+    """The 2-norm of each tensor as one float32 vector on `device`.
+
+    Read under no_grad, so callers hand gradients and parameters as they are
+    (no `detach()` per tensor: a new tensor object each, on every step).
+    """
     if not tensors:
         return torch.zeros(0, dtype=torch.float32, device=device)
-    if any(t.is_sparse for t in tensors):  # sparse embedding gradients: the slow path
-        dense = [t.coalesce()._values() if t.is_sparse else t for t in tensors]
-        return torch.stack([torch.linalg.vector_norm(t.float()).to(device) for t in dense])
-    with torch.no_grad():  # gradients themselves never require grad; no detach per tensor
+    with torch.no_grad():
+        if any(t.is_sparse for t in tensors):  # sparse embedding gradients: the slow path
+            dense = [t.coalesce()._values() if t.is_sparse else t for t in tensors]
+            return torch.stack([torch.linalg.vector_norm(t.float()).to(device) for t in dense])
         try:
             norms = list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
         except (TypeError, RuntimeError):  # torch without the dtype argument
@@ -124,4 +128,4 @@ def update_norms(layers: LayerMap, snap: Snapshot, device: torch.device) -> torc
 
 def param_norms(layers: LayerMap, device: torch.device) -> torch.Tensor:
     """The norm of every parameter (frozen ones too: a frozen layer's size is still news)."""
-    return norms_of([p.detach() for p in layers.params], device)
+    return norms_of(list(layers.params), device)
