@@ -35,8 +35,8 @@ from trainsentry.rules import engine
 from trainsentry.sources import tail
 
 STAGES: list[tuple[type, str]] = [
-    (store.Store, "extend"),
-    (engine.Engine, "feed_all"),
+    (store.Store, "extend_rows"),
+    (engine.Engine, "feed_rows"),
     (silence_clock.SilenceClock, "arrived"),
     (service.Service, "_deliver"),
     (service.Service, "_on_cycle"),

@@ -7,9 +7,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainsentry.point import Point
-from trainsentry.runtime import Daemon
+from trainsentry.point import Point, points_of
+from trainsentry.runtime import Daemon, RowSink
 from trainsentry.state import StateDB
+
+
+def into(got: list[Point]) -> RowSink:
+    """A daemon sink that keeps the points it is handed, one by one."""
+    return lambda run, rows: got.extend(points_of(run, rows))
 
 
 def write_points(path: Path, steps: range) -> None:
@@ -31,7 +36,7 @@ def read_until(daemon: Daemon, got: list[Point], count: int, cycles: int = 60) -
 def following(root: Path, state_dir: Path) -> Iterator[tuple[Daemon, list[Point]]]:
     """A daemon on `root`, started, and the points it delivers; closed at the end."""
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(state_dir / "state.db"), [got.extend])
+    daemon = Daemon([root], StateDB(state_dir / "state.db"), [into(got)])
     daemon.start()
     try:
         yield daemon, got

@@ -12,7 +12,7 @@ import logging
 import pytest
 from test_rules_notation import WALL0, points, ruleset
 
-from trainsentry.point import Point
+from trainsentry.point import Point, batches_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
@@ -39,7 +39,8 @@ def live_runs(clocks: Clocks, runs: int = 5) -> tuple[Engine, SilenceClock]:
     for r in range(runs):
         batch = points("1x100", run=f"run{r}")
         assert engine.feed_all(batch) == []
-        silence.arrived(batch)
+        for run, rows in batches_of(batch):
+            silence.arrived(run, rows)
     return engine, silence
 
 
@@ -75,10 +76,11 @@ def test_a_run_that_really_stops_after_a_step_is_caught_when_its_silence_is_due(
 def feed_live(engine: Engine, silence: SilenceClock, batch: list[Point]) -> list[Transition]:
     """What the service does with a batch read from a file."""
     out: list[Transition] = []
-    for part, run, step in silence.arrived(batch):
-        if step:
-            engine.shift_clock(run, step)
-        out += engine.feed_all(part)
+    for run, rows in batches_of(batch):
+        for part, step in silence.arrived(run, rows):
+            if step:
+                engine.shift_clock(run, step)
+            out += engine.feed_rows(run, part)
     return out
 
 

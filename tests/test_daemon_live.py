@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from daemon_process import DaemonProcess
+from in_process import into
 
 from trainsentry.point import Point
 from trainsentry.runtime import Daemon
@@ -33,7 +34,7 @@ def test_points_from_a_live_writer_arrive_once_and_in_order(tmp_path: Path, kind
     root = tmp_path / "logs"
     root.mkdir()
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)])
     daemon.start()
     writer = start_writer(kind, root / "job")
     try:
@@ -81,7 +82,7 @@ def test_new_runs_created_after_start_are_discovered(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     root.mkdir()
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)])
     daemon.start()
     try:
         for name in ("a/seed0", "b/seed1/deeper"):
@@ -102,7 +103,7 @@ def test_deleted_run_is_released(tmp_path: Path) -> None:
     (root / "gone" / "m.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
     released: list[str] = []
     daemon = Daemon(
-        [root], StateDB(tmp_path / "state.db"), [lambda pts: None], on_release=released.append
+        [root], StateDB(tmp_path / "state.db"), [lambda run, rows: None], on_release=released.append
     )
     daemon.start()
     try:
@@ -120,7 +121,7 @@ def test_polling_mode_reads_without_inotify(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     (root / "job").mkdir(parents=True)
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend], poll=0.05)
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)], poll=0.05)
     daemon.start()
     try:
         writer = start_writer("jsonl", root / "job", 20)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from daemon_process import live_alerts, replayed_alerts
 
-from trainsentry.point import Point
+from trainsentry.point import Point, Row, points_of
 from trainsentry.reading import iter_points
 from trainsentry.replay import replay_transitions
 from trainsentry.rules.engine import Engine
@@ -33,9 +33,9 @@ def test_live_run_and_replay_produce_the_same_transitions(tmp_path: Path) -> Non
     live: list[Transition] = []
     got: list[Point] = []
 
-    def evaluate(points: list[Point]) -> None:
-        got.extend(points)
-        live.extend(engine.feed_all(points))
+    def evaluate(run: str, rows: list[Row]) -> None:
+        got.extend(points_of(run, rows))
+        live.extend(engine.feed_rows(run, rows))
 
     daemon = Daemon([root], StateDB(tmp_path / "state.db"), [evaluate])
     daemon.start()

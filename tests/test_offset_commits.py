@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from in_process import following, read_until, write_points
+from in_process import following, into, read_until, write_points
 
 from trainsentry import runtime
-from trainsentry.point import Point
+from trainsentry.point import Point, Row
 from trainsentry.runtime import Daemon
 from trainsentry.state import StateDB
 
@@ -37,7 +37,7 @@ class Remembers:
     def dump(self, out: BinaryIO) -> None:
         out.write(b"x")
 
-    def relearn(self, points: list[Point]) -> None:
+    def relearn(self, run: str, rows: list[Row]) -> None:
         pass
 
     def keep_only(self, runs: set[str]) -> None:
@@ -72,7 +72,7 @@ def test_a_snapshot_commits_the_offsets_it_is_taken_at(
     got: list[Point] = []
     state = StateDB(tmp_path / "state" / "state.db")
     daemon = Daemon(
-        [tmp_path / "logs"], state, [got.extend], memory=Remembers(), snapshot_every=3600
+        [tmp_path / "logs"], state, [into(got)], memory=Remembers(), snapshot_every=3600
     )
     daemon.start()
     try:

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import into
 from pty_process import TtyBuffer, plain, screen_lines, terminal_env
 
 from trainsentry import runtime
-from trainsentry.point import Point
+from trainsentry.point import Point, Row, points_of
 from trainsentry.progress import BackfillReporter, human_count
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.runtime import Backfill, Daemon
@@ -176,8 +177,8 @@ def test_a_stop_during_the_backfill_ends_it_and_leaves_the_rest_for_the_next_sta
     read: list[tuple[str, int]] = []
     backfills: list[Backfill] = []
 
-    def then_stop(points: list[Point]) -> None:  # as Ctrl-C after the first file
-        read.append((points[0].run, len(points)))
+    def then_stop(run: str, rows: list[Row]) -> None:  # as Ctrl-C after the first file
+        read.append((run, len(points_of(run, rows))))
         first.stop()
 
     first = Daemon([root], StateDB(tmp_path / "state.db"), [then_stop], poll=60)
@@ -194,7 +195,7 @@ def test_a_stop_during_the_backfill_ends_it_and_leaves_the_rest_for_the_next_sta
         "the rest is read at the next start\n"
     )
     rest: list[Point] = []
-    second = Daemon([root], StateDB(tmp_path / "state.db"), [rest.extend], poll=60)
+    second = Daemon([root], StateDB(tmp_path / "state.db"), [into(rest)], poll=60)
     second.start()
     second.close()
     assert sorted({p.run for p in rest}) == ["b", "c"] and len(rest) == 400

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 
 from test_rules_notation import WALL0, evaluate, merge, points, ruleset, timeline
 
-from trainsentry.point import Point
+from trainsentry.point import Point, Row, points_of
 from trainsentry.replay import replay
 from trainsentry.rules.aliases import Aliases
 from trainsentry.rules.engine import Engine
@@ -358,3 +359,40 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     assert [t.as_dict() for t in before + after] == [t.as_dict() for t in expected]
     fired = {t.rule for t in expected}
     assert fired >= {"loss_spike", "grad_norm_far_above_baseline", "throughput_drop"}
+
+
+def test_rows_judge_exactly_as_their_points_fed_one_by_one() -> None:
+    """The live path feeds records (one plan per row shape); fed a value at a time, the
+    same data must give the same transitions in the same order: the per-shape plan
+    is a cache, never a change. Two runs, judged and logged-only tags, a divergence,
+    NaN (once in the row that ends a silence), a rewind and a row with a tag twice."""
+    from trainsentry.rules.loader import load_rules
+
+    rules = load_rules()
+    logged = tuple(f"train/metric_{i}" for i in range(17))
+    shape = ("train/loss", "train/grad_norm", "train/learning_rate", *logged)
+    rows: dict[str, list[Row]] = {"a": [], "b": []}
+    for run, grows in (("a", 1.15), ("b", 1.0)):
+        for step in range(300):
+            wall = WALL0 + step * (1.0 if step != 200 else 4000.0)
+            loss = math.nan if run == "a" and step in (200, 250) else 2.0 / (1 + step)
+            values = (loss, 0.5 * grows ** max(0, step - 150), 1e-4) + (0.0,) * 17
+            rows[run].append(Row(step, wall, shape, values))
+        rows[run].insert(120, Row(100, WALL0 + 120.5, shape, rows[run][100].values))
+        rows[run].append(Row(300, WALL0 + 9000.0, ("train/loss", "train/loss"), (1.0, 2.0)))
+    by_rows, by_points = Engine(rules), Engine(rules)
+    got: list = []
+    want: list = []
+    for i in range(0, 302, 10):  # the runs' files read in turns, ten records at a time
+        for run in ("a", "b"):
+            got += by_rows.feed_rows(run, rows[run][i : i + 10])
+            for p in points_of(run, rows[run][i : i + 10]):
+                want += by_points.feed(p)
+    got += by_rows.tick(WALL0 + 20000.0)
+    want += by_points.tick(WALL0 + 20000.0)
+    assert {t.rule for t in want} >= {
+        "grad_norm_exponential_growth",
+        "loss_non_finite",
+        "run_stalled",
+    }
+    assert [t.as_dict() for t in got] == [t.as_dict() for t in want]

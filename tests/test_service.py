@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from daemon_process import DaemonProcess
+from in_process import into
 
 from trainsentry.point import Point
 from trainsentry.runtime import Daemon
@@ -126,7 +127,7 @@ def test_shards_split_the_runs_between_daemons(tmp_path: Path) -> None:
         got: list[Point] = []
         shard = parse_shard(spec)
         daemon = Daemon(
-            [root], StateDB(tmp_path / f"{spec[0]}.db"), [got.extend], owns_run=shard.owns
+            [root], StateDB(tmp_path / f"{spec[0]}.db"), [into(got)], owns_run=shard.owns
         )
         daemon.start()
         daemon.close()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainsentry.point import Point
+from trainsentry.point import Point, Row, points_of
 from trainsentry.store import Bucket, Series, Store
 
 
@@ -267,3 +267,71 @@ def test_history_folded_a_prefix_at_a_time_equals_folding_each_point_as_it_leave
         assert b.max == w[5] or (math.isnan(b.max) and math.isnan(w[5]))
         assert b.mean == pytest.approx(w[6], rel=1e-9, abs=1e-6, nan_ok=True)
         assert b.last == w[7] or (math.isnan(b.last) and math.isnan(w[7]))
+
+
+def _bucket_rows(series: Series) -> list[tuple[object, ...]]:
+    """History as comparable tuples: NaN stands for itself; means to 9 digits (the order
+    of additions differs between a column folded at once and points one by one)."""
+    return [
+        tuple("nan" if isinstance(v, float) and math.isnan(v) else round(v, 9) for v in fields)
+        for fields in (
+            (b.first_step, b.last_step, b.count, b.nan_count, b.min, b.max, b.mean, b.last)
+            for b in series.history()
+        )
+    ]
+
+
+def _points(series: Series) -> list[tuple[object, ...]]:
+    return [(*p[:4], "nan" if math.isnan(p.value) else p.value) for p in series.recent()]
+
+
+SHAPES = [("loss",), ("loss", "lr"), ("lr", "grad_norm", "loss"), ("grad_norm", "grad_norm")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(range(len(SHAPES))),
+            st.integers(min_value=-3, max_value=6),  # step increments: rewinds, repeats
+            st.booleans(),  # read the store after this batch
+            st.integers(min_value=1, max_value=25),  # rows in the batch
+        ),
+        max_size=40,
+    ),
+    st.integers(min_value=1, max_value=30),
+)
+def test_rows_filed_a_column_at_a_time_equal_points_added_one_by_one(
+    batches: list[tuple[int, int, bool, int]], recent_size: int
+) -> None:
+    by_rows = Store(recent_size=recent_size, bucket_steps=4, max_buckets=8)
+    by_points = Store(recent_size=recent_size, bucket_steps=4, max_buckets=8)
+    step = 0
+    for shape_index, increment, read, count in batches:
+        shape = SHAPES[shape_index]
+        rows = []
+        for k in range(count):
+            step += increment if k == 0 else 1
+            values = tuple(
+                float(step * 10 + i) if step % 7 else math.nan for i in range(len(shape))
+            )
+            rows.append(Row(step, 1000.0 + step, shape, values))
+        by_rows.extend_rows("exp/a", rows)
+        for p in points_of("exp/a", rows):
+            by_points.add(p)
+        if read:
+            assert list(by_rows.newest()) == list(by_points.newest())
+    assert list(by_rows.newest()) == list(by_points.newest())
+    got, want = by_rows.series("exp/a"), by_points.series("exp/a")
+    assert sorted(got) == sorted(want)
+    for tag, series in want.items():
+        mine = got[tag]
+        assert _bucket_rows(mine) == _bucket_rows(series)  # folds what left the window first
+        assert (mine.count, mine.segment, mine.bucket_steps) == (
+            series.count,
+            series.segment,
+            series.bucket_steps,
+        )
+        assert mine.last[:4] == series.last[:4]
+        assert mine.last.value == series.last.value or math.isnan(series.last.value)
+        assert _points(mine) == _points(series)

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from in_process import read_until, write_points
+from in_process import into, read_until, write_points
 from watchdog.observers.api import BaseObserver
 
 from trainsentry import runtime
@@ -80,7 +80,7 @@ def test_a_root_the_kernel_refuses_to_watch_is_polled(
     monkeypatch.setattr(BaseObserver, "schedule", refuse)  # where watchdog is the backend
     root = tree(tmp_path / "logs")
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)])
     with caplog.at_level(logging.WARNING, logger="trainsentry"):
         daemon.start()
     try:
@@ -104,7 +104,7 @@ def test_a_tree_short_of_watches_falls_back_to_polling_with_one_warning(
     monkeypatch.setattr(runtime, "WATCH_GRACE_SECONDS", 0.0)
     root = tree(tmp_path / "logs")
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [got.extend])
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)])
     with caplog.at_level(logging.WARNING, logger="trainsentry"):
         daemon.start()
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from daemon_process import DaemonProcess, live_alerts, replayed_alerts
 
-from trainsentry.point import Point
+from trainsentry.point import Row
 from trainsentry.reading import iter_points
 from trainsentry.runtime import Daemon
 from trainsentry.shard import Shard
@@ -93,9 +93,8 @@ def followed_runs(
     """run id → the files a daemon on `roots` follows for it."""
     got: dict[str, set[str]] = {}
 
-    def collect(points: list[Point]) -> None:
-        for p in points:
-            got.setdefault(p.run, set())
+    def collect(run: str, rows: list[Row]) -> None:
+        got.setdefault(run, set())
 
     daemon = Daemon(
         roots,

@@ -33,7 +33,7 @@ from typing import TextIO
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from trainsentry.point import Point
+from trainsentry.point import Row, points_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
@@ -186,10 +186,10 @@ def run_demo(
     latest: dict[str, float] = {}
     shown_step = 0
 
-    def evaluate(points: list[Point]) -> None:
+    def evaluate(run: str, rows: list[Row]) -> None:
         nonlocal shown_step
-        narrate(engine.feed_all(points))
-        for p in points:  # a heartbeat, so the quiet healthy phase does not look hung
+        narrate(engine.feed_rows(run, rows))
+        for p in points_of(run, rows):  # a heartbeat, so the quiet healthy phase does not look hung
             latest[p.tag.rsplit("/", 1)[-1]] = p.value
             if p.step >= shown_step + HEARTBEAT_STEPS and "loss" in latest:
                 shown_step = p.step - p.step % HEARTBEAT_STEPS

@@ -24,11 +24,12 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from trainsentry import heap
-from trainsentry.point import Point
+from trainsentry.point import Row
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
 from trainsentry.sources.tail import FileTail
@@ -43,7 +44,9 @@ from trainsentry.watcher import (
 
 log = logging.getLogger(__name__)
 
-PointSink = Callable[[list[Point]], None]
+# A file's new rows, with their run: what the sinks are handed per file read.
+RowSink = Callable[[str, list[Row]], None]
+_VALUES = itemgetter(3)  # a Row's values
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
 # watch limit reached, a directory created between listing and watching).
@@ -82,8 +85,8 @@ class Memory(Protocol):
         """Write the state to `out` (the bytes `restore` takes back)."""
         ...
 
-    def relearn(self, points: list[Point]) -> None:
-        """Points delivered before the restart, read again to rebuild the state."""
+    def relearn(self, run: str, rows: list[Row]) -> None:
+        """Rows delivered before the restart, read again to rebuild the state."""
         ...
 
     def keep_only(self, runs: set[str]) -> None:
@@ -123,7 +126,7 @@ class Daemon:
         self,
         paths: Sequence[Path],
         state: StateDB,
-        sinks: Sequence[PointSink],
+        sinks: Sequence[RowSink],
         *,
         poll: float | None = None,
         on_error: Callable[[str], None] | None = None,
@@ -377,18 +380,20 @@ class Daemon:
                 self.access.failed(key, got.unreadable)
             else:
                 self.access.readable(key)
-            if got.replayed and self._memory is not None:
-                self.stats.relearned += len(got.replayed)
-                self._memory.relearn(got.replayed)
+            if got.replayed_rows and self._memory is not None:
+                self.stats.relearned += sum(map(len, map(_VALUES, got.replayed_rows)))
+                self._memory.relearn(got.run, got.replayed_rows)
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
-            if got.points:
-                log.info("read %d points from %s", len(got.points), key)
-                delivered += len(got.points)
-                self.stats.points += len(got.points)
+            points = 0
+            if got.rows:
+                points = sum(map(len, map(_VALUES, got.rows)))
+                log.info("read %d points from %s", points, key)
+                delivered += points
+                self.stats.points += points
                 for sink in self.sinks:
-                    sink(got.points)
+                    sink(got.run, got.rows)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -398,7 +403,7 @@ class Daemon:
             if self.on_progress is not None:
                 self.on_progress()
             if self._backfill_start is not None:
-                self._backfilled(key, len(got.points), more=got.more)
+                self._backfilled(key, points, more=got.more)
         self._pending = again
         if time.monotonic() >= self._next_commit:
             self._commit()

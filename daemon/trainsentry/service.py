@@ -22,7 +22,7 @@ from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import runs_of_store
-from trainsentry.point import Point
+from trainsentry.point import Row, points_of
 from trainsentry.progress import BackfillReporter
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
@@ -119,6 +119,8 @@ class Service:
     # -- the pipeline ---------------------------------------------------------
 
     def _deliver(self, transitions: list[Transition]) -> None:
+        if not transitions:  # nearly every record: nothing changed
+            return
         book = self.notifier.book
         told = frozenset(
             t.key
@@ -128,12 +130,12 @@ class Service:
         self.printer(transitions, told)
         self.notifier.submit(transitions)
 
-    def _evaluate(self, points: list[Point]) -> None:
-        self.store.extend(points)
-        for part, run, step in self.silence.arrived(points):  # cut where a clock stepped
+    def _evaluate(self, run: str, rows: list[Row]) -> None:
+        self.store.extend_rows(run, rows)
+        for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
             if step:
                 self.engine.shift_clock(run, step)
-            self._deliver(self.engine.feed_all(part))
+            self._deliver(self.engine.feed_rows(run, part))
 
     # -- the alert state across restarts (runtime.Memory; see snapshot.py) ------
 
@@ -151,9 +153,9 @@ class Service:
         lasts = [s.last for run in store.runs() for s in store.series(run).values()]
         snapshot.dump(self.engine, self.notifier.book, lasts, out)
 
-    def relearn(self, points: list[Point]) -> None:
-        self.store.extend(points)
-        self.notifier.submit(self.engine.feed_all(points), relearned=True)
+    def relearn(self, run: str, rows: list[Row]) -> None:
+        self.store.extend_rows(run, rows)
+        self.notifier.submit(self.engine.feed_rows(run, rows), relearned=True)
 
     def keep_only(self, runs: set[str]) -> None:
         for run in set(self.engine.runs()) - runs:
@@ -165,8 +167,8 @@ class Service:
                 flush=True,
             )
 
-    def _print_points(self, points: list[Point]) -> None:
-        text = "".join(json.dumps(p.as_dict()) + "\n" for p in points)
+    def _print_points(self, run: str, rows: list[Row]) -> None:
+        text = "".join(json.dumps(p.as_dict()) + "\n" for p in points_of(run, rows))
         with signals_deferred():
             sys.stdout.write(text)
             sys.stdout.flush()

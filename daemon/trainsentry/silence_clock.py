@@ -13,8 +13,8 @@ The monotonic clock does not step, so this module measures with it:
 - `now_of(run)` is the wall time when the run's newest points arrived plus
   the monotonic time since: without a step it equals time.time() (to the
   clock's slew), with one it is still the silence the run really kept;
-- `arrived(points)` compares each live point's stamp with the run's previous
-  one: a jump that the monotonic time since cannot explain (by more than
+- `arrived(run, rows)` compares each live record's stamp with the run's
+  previous one: a jump that the monotonic time since cannot explain (by more than
   STEP_SECONDS) is a step, and the batch is cut there so the engine's clocks
   for that run can be moved by the step (Engine.shift_clock) before the rest.
 
@@ -29,9 +29,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 
-from trainsentry.point import Point
+from trainsentry.point import Row
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,6 @@ log = logging.getLogger(__name__)
 # validation/) are read one after the other, so their stamps interleave by
 # about as much; ten minutes is well clear, and below every silence floor.
 STEP_SECONDS = 600.0
-_STAMP = itemgetter(3)  # a Point's wall_time
 SAY_EVERY_SECONDS = 60.0
 
 
@@ -59,8 +57,8 @@ class SilenceClock:
         self._said_at = -math.inf
         self._unsaid = 0
 
-    def arrived(self, points: Sequence[Point]) -> list[tuple[Sequence[Point], str, float]]:
-        """The batch in order, cut where a run's stamps stepped: (points, run, step before them)."""
+    def arrived(self, run: str, rows: Sequence[Row]) -> list[tuple[Sequence[Row], float]]:
+        """A file's rows in order, cut where the run's stamps stepped: (rows, step before them)."""
         wall, mono = self._wall(), self._mono()
         unstepped = self._offset + mono  # the wall clock as it was before a step not yet looked at
 
@@ -68,46 +66,38 @@ class SilenceClock:
             """Near this host's clock, before or after a step (not history, not another clock)."""
             return abs(wall - stamp) < STEP_SECONDS or abs(unstepped - stamp) < STEP_SECONDS
 
-        runs = self._runs
-        first, last = points[0], points[-1]
-        if first.run == last.run and not live(first.wall_time) and not live(last.wall_time):
-            # history (a backfill; the runtime's batches are one file's points): nothing
-            # to judge, and no per-point cost
-            runs[last.run] = [last.wall_time, wall, mono, 0.0]
-            return [(points, "", 0.0)]
-        # The common live batch is one record: one run, one stamp. Judged once, by
-        # its first point, without a Python loop over the record's tags.
-        judged = points
-        if first.run == last.run and len(set(map(_STAMP, points))) == 1:
-            judged = points[:1]
-        parts: list[tuple[Sequence[Point], str, float]] = []
+        first, last = rows[0][1], rows[-1][1]
+        if not live(first) and not live(last):
+            # history (a backfill): nothing to judge, and no per-row cost
+            self._runs[run] = [last, wall, mono, 0.0]
+            return [(rows, 0.0)]
+        parts: list[tuple[Sequence[Row], float]] = []
         start = 0
-        previous: tuple[str, float] | None = None
-        for i, (run, _, _, stamp, _) in enumerate(judged):
-            if stamp != stamp:  # NaN: no stamp to judge
-                continue
-            if previous is not None and stamp == previous[1] and run == previous[0]:
-                continue  # another tag of the same record: judged already
-            previous = (run, stamp)
+        previous = math.nan
+        seen = self._runs.get(run)
+        for i, row in enumerate(rows):
+            stamp = row[1]
+            if stamp != stamp or stamp == previous:
+                continue  # no stamp to judge (NaN), or judged already
+            previous = stamp
             now_live = live(stamp)
-            seen = runs.get(run)
             if seen is None:
-                runs[run] = [stamp, wall, mono, float(now_live)]
+                seen = self._runs[run] = [stamp, wall, mono, float(now_live)]
                 continue
             # both stamps live when they arrived: a run that was silent before the
             # daemon started had a real gap, not a step
             if now_live and seen[3]:
                 jump = stamp - seen[0] - (mono - seen[2])
                 if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
-                    parts.append((points[start:i], "", 0.0))
-                    parts.append(((), run, jump))
+                    parts.append((rows[start:i], 0.0))
+                    parts.append(((), jump))
                     start = i
                     self._say(run, jump, mono - seen[2])
             seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, float(now_live)
         if not parts:
-            return [(points, "", 0.0)]
-        parts.append((points[start:], "", 0.0))
-        return [p for p in parts if p[0] or p[2]]
+            return [(rows, 0.0)]
+        parts.append((rows[start:], 0.0))
+        return [p for p in parts if p[0] or p[1]]
 
     def now_of(self, run: str) -> float:
         """The wall time a run's silence is measured to, as if the clock had not stepped."""

@@ -1,4 +1,4 @@
-"""The seam between the tailer (files, offsets, rotation) and the decoders (bytes → samples).
+"""The seam between the tailer (files, offsets, rotation) and the decoders (bytes → rows).
 
 A decoder never touches the file system: the tailer hands it the bytes from its
 current offset on, and the decoder says how many of them formed complete
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.point import Sample
+from trainsentry.point import Row, Sample, samples_of
 
 
 @dataclass(slots=True)
@@ -28,8 +28,33 @@ class DecodeError:
 @dataclass(slots=True)
 class Decoded:
     consumed: int
-    samples: list[Sample] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # one per record with values
     errors: list[DecodeError] = field(default_factory=list)
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The values one by one, in order (for readers that want them so)."""
+        return samples_of(self.rows)
+
+
+class Shapes:
+    """One tags tuple per distinct shape of a decoder's records, so that rows of the
+    same shape share it and consumers' caches keyed on it hit by identity. Bounded:
+    a log whose every line has new keys must not grow it without end."""
+
+    __slots__ = ("_seen",)
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def __call__(self, tags: tuple[str, ...]) -> tuple[str, ...]:
+        seen = self._seen.get(tags)
+        if seen is None:
+            if len(self._seen) >= self.LIMIT:
+                self._seen.clear()
+            seen = self._seen[tags] = tags
+        return seen
 
 
 class Decoder(Protocol):

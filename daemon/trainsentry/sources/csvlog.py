@@ -32,8 +32,8 @@ from __future__ import annotations
 import csv
 from typing import Any
 
-from trainsentry.point import Sample
-from trainsentry.sources.base import Decoded, DecodeError, complete_lines
+from trainsentry.point import Row
+from trainsentry.sources.base import Decoded, DecodeError, Shapes, complete_lines
 from trainsentry.sources.jsonl import STEP_KEYS, TIME_KEYS, as_step, as_wall_time
 
 _MISSING = frozenset({"", "NA", "N/A", "n/a", "None", "null"})
@@ -41,7 +41,7 @@ _RESERVED = frozenset(STEP_KEYS + TIME_KEYS)
 _OTHER_DELIMITERS = ("\t", ";", "|")
 
 Fingerprint = dict[str, str]
-_new_sample = tuple.__new__  # Sample(...) goes through a Python-level __new__
+_new_row = tuple.__new__  # Row(...) goes through a Python-level __new__
 
 
 def _fingerprint(header: list[str], cells: list[str]) -> Fingerprint:
@@ -53,6 +53,7 @@ class CsvDecoder:
     """Decodes a metrics CSV; the header and rewrite bookkeeping live in the snapshot."""
 
     def __init__(self) -> None:
+        self._shapes = Shapes()  # the tags of a row: the header's, less its empty cells
         self._reset()
 
     def _reset(self) -> None:
@@ -147,21 +148,34 @@ class CsvDecoder:
                 return
             step = parsed
         wall_time = file_time
-        samples = result.samples
+        tags: list[str] = []
+        values: list[float] = []
         if self._time_columns:
-            wall_time = self._time_of(cells, step, file_time, start, result)
+            wall_time = self._time_of(cells, step, file_time, start, result, tags, values)
         for index, name in self._value_columns:
             cell = cells[index]
             if cell in _MISSING:
                 continue
             try:
-                samples.append(_new_sample(Sample, (name, step, wall_time, float(cell))))
+                values.append(float(cell))
             except ValueError:
                 if cell.strip() not in _MISSING:
                     self._report(name, cell, start, result)
+            else:
+                tags.append(name)
+        if tags:
+            shape = self._shapes(tuple(tags))
+            result.rows.append(_new_row(Row, (step, wall_time, shape, tuple(values))))
 
     def _time_of(
-        self, cells: list[str], step: int, file_time: float, start: int, result: Decoded
+        self,
+        cells: list[str],
+        step: int,
+        file_time: float,
+        start: int,
+        result: Decoded,
+        tags: list[str],
+        values: list[float],
     ) -> float:
         """The row's wall time; a time column too small to be a date is a duration series."""
         wall_time: float | None = None
@@ -178,9 +192,11 @@ class CsvDecoder:
         for name, cell in durations:
             if cell.strip() not in _MISSING:
                 try:
-                    result.samples.append(Sample(name, step, wall_time, float(cell)))
+                    values.append(float(cell))
                 except ValueError:
                     self._report(name, cell, start, result)
+                else:
+                    tags.append(name)
         return wall_time
 
     def _report(self, column: str, cell: str, start: int, result: Decoded) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from trainsentry.point import Point
+from trainsentry.point import Point, Row, points_of
 from trainsentry.sources.base import Decoder
 from trainsentry.sources.discover import LogFile
 from trainsentry.sources.formats import new_decoder
@@ -38,14 +38,23 @@ MAX_RECORD = 256 << 20
 
 @dataclass(slots=True)
 class TailRead:
-    points: list[Point] = field(default_factory=list)
+    run: str = ""
+    rows: list[Row] = field(default_factory=list)  # of `run`, tags with the file's prefix
     errors: list[str] = field(default_factory=list)
     more: bool = False  # stopped at the byte budget with data left to read
     gone: bool = False  # the path no longer exists and the old file is drained
     # the OS refused to stat, open or read the file (permissions, I/O error): the
     # read is retried from the same offset next time, nothing is skipped
     unreadable: str | None = None
-    replayed: list[Point] = field(default_factory=list)  # read again to relearn, see above
+    replayed_rows: list[Row] = field(default_factory=list)  # read again to relearn, see above
+
+    @property
+    def points(self) -> list[Point]:
+        return points_of(self.run, self.rows)
+
+    @property
+    def replayed(self) -> list[Point]:
+        return points_of(self.run, self.replayed_rows)
 
 
 def _matches(fd: int, cp: Checkpoint) -> bool:
@@ -81,6 +90,7 @@ class FileTail:
         self._behind = b""  # the bytes just before the offset
         self._offset = 0
         self._seen: tuple[int, int] = (-1, -1)
+        self._prefixed: dict[tuple[str, ...], tuple[str, ...]] = {}  # a shape's tags, prefixed
         self._decoder: Decoder = new_decoder(log.kind)
         self._resume = checkpoint
         # While relearning: the checkpoint the last process committed, and its offset.
@@ -102,7 +112,7 @@ class FileTail:
 
     def read(self, budget: int = 64 << 20) -> TailRead:
         """Read what was appended since the last call, up to about `budget` bytes."""
-        out = TailRead()
+        out = TailRead(self.log.run)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -243,7 +253,7 @@ class FileTail:
             out.unreadable = f"cannot read: {exc.strerror or exc}"
             return
         size, mtime = st.st_size, st.st_mtime
-        run, prefix = self.log.run, self.log.tag_prefix
+        prefix = self.log.tag_prefix
         chunk = READ_CHUNK
         spent = 0
         while self._offset < size:
@@ -272,15 +282,11 @@ class FileTail:
             for err in decoded.errors:
                 self.skipped_records += 1
                 out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
-            target = out.points if self._replay_until is None else out.replayed
-            # tuple.__new__ skips NamedTuple's Python-level __new__: a third of
-            # the per-point cost outside the decoder on a backfill.
+            target = out.rows if self._replay_until is None else out.replayed_rows
             if prefix:
-                target.extend(
-                    _new(Point, (run, prefix + t, st, w, v)) for t, st, w, v in decoded.samples
-                )
+                target.extend(self._prefix(decoded.rows, prefix))
             else:
-                target.extend(_new(Point, (run, t, st, w, v)) for t, st, w, v in decoded.samples)
+                target.extend(decoded.rows)
             spent += len(data)
             if decoded.consumed == 0:
                 if self._replay_until is not None and self._offset + len(data) >= end:
@@ -302,6 +308,19 @@ class FileTail:
                 self._committed = self._replay_until = None
                 out.more = self._offset < size
                 return
+
+    def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
+        """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""
+        cache = self._prefixed
+        out = []
+        for step, wall, tags, values in rows:
+            named = cache.get(tags)
+            if named is None:
+                if len(cache) >= 4096:
+                    cache.clear()
+                named = cache[tags] = tuple(prefix + t for t in tags)
+            out.append(_new(Row, (step, wall, named, values)))
+        return out
 
     def _close(self) -> None:
         if self._fd is not None:

@@ -1,4 +1,4 @@
-"""TensorBoard event files → `Sample`s, fast enough to backfill a long run in seconds.
+"""TensorBoard event files → `Row`s, fast enough to backfill a long run in seconds.
 
 Nearly every record a training job writes is the same bytes with three fields
 changed: `Event{wall_time, step, summary{value{tag, simple_value}}}`. Parsing
@@ -31,27 +31,26 @@ from __future__ import annotations
 import struct
 import sys
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 from crc32c import crc32c
 from google.protobuf.message import DecodeError as ProtoDecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 
-from trainsentry.point import Sample
-from trainsentry.sources.base import Decoded, DecodeError
+from trainsentry.point import Row
+from trainsentry.sources.base import Decoded, DecodeError, Shapes
 from trainsentry.sources.summary_values import histo_buckets, histogram_samples, tensor_values
 from trainsentry.sources.tfrecord import FOOTER_BYTES, HEADER_BYTES, Framer
 
 _F64 = struct.Struct("<d")
 _SCALARS, _HISTOGRAMS = "scalars", "histograms"
-_new_sample = tuple.__new__  # Sample(...) would run NamedTuple's Python-level __new__
+_new = tuple.__new__  # Row(...) would run NamedTuple's Python-level __new__
 
 # total record bytes; header+data+crc -> (data, crc); data -> fields (see _frame) or None;
 # offset of the value; template lookup for the record's shape; the bytes after the value
 _Frame = tuple[
     int, Callable[[bytes, int], tuple[Any, ...]], Callable[[bytes], tuple[Any, ...]] | None,
-    int, Callable[[bytes], str | None], bytes,
+    int, Callable[[bytes], tuple[str, ...] | None], bytes,
 ]  # fmt: skip
 # tag, offset of the value, struct format, is a tensor, serialized metadata
 _Value = tuple[str, int, str, bool, bytes | None]
@@ -68,19 +67,18 @@ class TfEventsDecoder:
         self._framer = Framer()
         self._plugins: dict[str, str] = {}
         self._frames: dict[bytes, _Frame] = {}
-        # (value format, bytes after the value) -> {bytes between step and value: tag}
-        self._shapes: dict[tuple[str, bytes], dict[bytes, str]] = {_SIMPLE: {}}
+        # (value format, bytes after the value) -> {bytes between step and value: (tag,)}
+        self._shapes: dict[tuple[str, bytes], dict[bytes, tuple[str, ...]]] = {_SIMPLE: {}}
+        self._tags = Shapes()  # a row's tags tuple, one object per shape
         # (record length, its first bytes after the step) -> a several-value template
         self._many: dict[tuple[int, bytes], _Many] = {}
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         buf = data if isinstance(data, bytes) else bytes(data)
-        rows: list[tuple[Any, ...]] = []
+        rows: list[Row] = []
         errors: list[DecodeError] = []
         consumed = self._run(buf, rows, errors, file_time)
-        # Samples are made in C at the end; Sample(...) per record costs a Python frame.
-        samples = list(map(_new_sample, repeat(Sample, len(rows)), rows))
-        return Decoded(consumed, samples, errors)
+        return Decoded(consumed, rows, errors)
 
     def snapshot(self) -> dict[str, Any]:
         return {"plugins": dict(self._plugins), "resyncing": self._framer.resyncing}
@@ -129,9 +127,9 @@ class TfEventsDecoder:
                                     step, j = b10 + (b11 << 7) + (b12 << 14) - 0x4080, 13
                                 else:
                                     step, j = _step_at_10(data)
-                                tag = lookup(data[j:cut])
-                                if tag is not None and (not tail or data.endswith(tail)):
-                                    add((tag, step, wall_time, value))
+                                tags = lookup(data[j:cut])
+                                if tags is not None and (not tail or data.endswith(tail)):
+                                    add(_new(Row, (step, wall_time, tags, (value,))))
                                     pos = end
                                     continue
                                 if self._shaped(buf, pos, data, j, step, add):
@@ -178,10 +176,10 @@ class TfEventsDecoder:
         for shape, table in self._shapes.items():
             fmt, tail = shape
             at = n - len(tail) - (4 if fmt == "<f" else 8)
-            tag = table.get(data[j:at]) if at > j else None
-            if tag is not None and data.endswith(tail):
+            tags = table.get(data[j:at]) if at > j else None
+            if tags is not None and data.endswith(tail):
                 value = struct.unpack_from(fmt, data, at)[0]
-                add((tag, step, _F64.unpack_from(data, 1)[0], value))
+                add(_new(Row, (step, _F64.unpack_from(data, 1)[0], tags, (value,))))
                 self._frame(buf[pos : pos + HEADER_BYTES], n, shape)
                 return True
         return False
@@ -196,7 +194,7 @@ class TfEventsDecoder:
             table = self._shapes[shape] = {}
         if len(table) >= 65536:
             table.clear()
-        table[data[key_at:at]] = tag
+        table[data[key_at:at]] = self._tags((tag,))
         frame = self._frames.get(header)
         if frame is not None and frame[4] != table.get:
             self._frame(header, len(data), shape)  # guess this shape for this length next
@@ -231,17 +229,19 @@ class TfEventsDecoder:
             self._decode_proto(data, pos, ftime, out, errors)
             return
         wall_time, step, step_end, values = parsed
-        for tag, at, fmt, _, _ in values:
-            out.append((tag, step, wall_time or ftime, struct.unpack_from(fmt, data, at)[0]))
+        if values:
+            tags = self._tags(tuple(v[0] for v in values))
+            floats = tuple(struct.unpack_from(v[2], data, v[1])[0] for v in values)
+            out.append(_new(Row, (step, wall_time or ftime, tags, floats)))
         if not (wall_time and data[0] == 9 and data[9] == 16):
             return
         if len(values) == 1:
             self._register(buf[pos : pos + HEADER_BYTES], data, step_end, values[0])
-        elif all(v[2] == "<f" and not v[3] and v[4] is None for v in values):
+        elif values and all(v[2] == "<f" and not v[3] and v[4] is None for v in values):
             if len(self._many) >= 4096:
                 self._many.clear()
             key = (len(data), data[step_end : step_end + _MANY_KEY])
-            self._many[key] = _Many(data, step_end, values)
+            self._many[key] = _Many(data, step_end, values, self._tags)
 
     def _decode_proto(
         self, data: bytes, offset: int, ftime: float, out: list[Any], errors: list[DecodeError]
@@ -261,7 +261,10 @@ class TfEventsDecoder:
         except Exception as exc:  # one odd record must not stop a daemon
             errors.append(DecodeError(offset, f"event could not be interpreted: {exc!r}"))
             return
-        out.extend(found)
+        if found:  # (tag, step, wall time, value) each, all of one step and stamp
+            tags = self._tags(tuple(f[0] for f in found))
+            step, wall_time = found[0][1], found[0][2]
+            out.append(_new(Row, (step, wall_time, tags, tuple(f[3] for f in found))))
 
     def _summary(self, event: event_pb2.Event, ftime: float, out: list[Any]) -> None:
         wall_time = event.wall_time or ftime
@@ -307,11 +310,11 @@ class _Many:
 
     __slots__ = ("_between", "_size", "_tags", "_unpack")
 
-    def __init__(self, data: bytes, start: int, values: list[_Value]) -> None:
+    def __init__(self, data: bytes, start: int, values: list[_Value], shapes: Shapes) -> None:
         cuts = [start] + [c for v in values for c in (v[1], v[1] + 4)] + [len(data)]
         between = [data[cuts[i] : cuts[i + 1]] for i in range(0, len(cuts), 2)]
         self._between = tuple(between)
-        self._tags = [v[0] for v in values]
+        self._tags = shapes(tuple(v[0] for v in values))
         fmt = "".join(f"{len(b)}sf" for b in between[:-1]) + f"{len(between[-1])}s"
         layout = struct.Struct("<" + fmt)
         self._unpack, self._size = layout.unpack_from, layout.size
@@ -322,8 +325,7 @@ class _Many:
         fields = self._unpack(data, start)
         if fields[0::2] != self._between:
             return False
-        n = len(self._tags)
-        out.extend(zip(self._tags, repeat(step, n), repeat(wall, n), fields[1::2], strict=True))
+        out.append(_new(Row, (step, wall, self._tags, fields[1::2])))
         return True
 
 
