@@ -70,6 +70,11 @@ SNAPSHOT_SHARE = 0.02
 # repeats at most this long of points on the terminal; the outbox's idempotency
 # keys keep every notification from being sent twice.
 COMMIT_SECONDS = 1.0
+# A cycle begins at most this long after the one before: the files changed meanwhile are
+# read in one cycle. A live fleet writes a file every millisecond or so, and every cycle
+# has a cost of its own (the event read, the per-cycle checks, the heartbeat); a tenth
+# of a second of lag is nothing beside seconds of rules' patience.
+BATCH_SECONDS = 0.1
 
 
 class Memory(Protocol):
@@ -171,6 +176,7 @@ class Daemon:
         self._unsaved: dict[str, FileTail] = {}  # read since the last commit
         self._next_commit = 0.0
         self._last_sweep = 0.0
+        self._cycle_began = 0.0
         # Plain flags, not Events: a signal handler runs on the main thread between
         # bytecodes, possibly while that thread holds an Event's internal lock
         # (inside wait/clear); Event.set() from the handler would then deadlock.
@@ -247,8 +253,12 @@ class Daemon:
             if self._unsaved:  # a quiet moment must not leave offsets uncommitted
                 wait = min(wait, max(0.0, self._next_commit - time.monotonic()))
             self._wait(wait)
+            gap = self._cycle_began + BATCH_SECONDS - time.monotonic()
+            if gap > 0 and not self.stopping:
+                time.sleep(gap)  # let what else changes meanwhile join this cycle
         if self.stopping:
             return 0
+        self._cycle_began = time.monotonic()
         if time.monotonic() - self._last_sweep >= interval:
             return self.sweep()
         changes = self._watcher.take()

@@ -52,7 +52,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, islice
 from operator import attrgetter, itemgetter, lt
 
 from trainsentry.point import Point, Row, batches_of
@@ -221,25 +221,28 @@ class Series:
         self._last = point
 
     def extend(
-        self, run: str, tag: str, steps: list[int], walls: list[float], values: Sequence[float]
+        self,
+        run: str,
+        tag: str,
+        steps: Sequence[int],
+        walls: Sequence[float],
+        values: Sequence[float],
+        *,
+        rising: bool,
     ) -> None:
-        """`add` for each (step, wall, value), as one column: C-level appends when the
-        steps go strictly up from the newest (every live write), else point by point."""
+        """`add` for each (step, wall, value), as one column. `rising`: the steps go
+        strictly up and fit int64; then, when they also pass the newest step (every
+        live write), they are appended by C-level extends (memcpy from the arrays
+        the caller made once for all the tags of a shape), else point by point."""
         own = self._steps
-        n = len(steps)
-        if (
-            (len(own) > self._head and steps[0] <= own[-1])
-            or (n > 1 and not all(map(lt, steps, steps[1:])))
-            or steps[-1] > INT64_MAX
-            or steps[0] < -INT64_MAX - 1
-        ):
-            for k in range(n):
+        if not rising or (len(own) > self._head and steps[0] <= own[-1]):
+            for k in range(len(steps)):
                 self.add(_new(Point, (run, tag, steps[k], walls[k], values[k])))
             return
-        own.extend(steps)
-        self._walls.extend(walls)
+        own.extend(steps)  # an array("q") when rising
+        self._walls.extend(walls)  # an array("d")
         self._values.extend(values)
-        self.count += n
+        self.count += len(steps)
         excess = len(own) - self._head - self._maxlen
         if excess > 0:  # the oldest points leave the window; folded with its prefix
             self._head += excess
@@ -428,12 +431,19 @@ class Store:
                         series = tags.get(tag) or self._new_series(tags, tag)
                         series.add(_new(Point, (run, tag, step, wall, value)))
             else:
-                steps = list(map(_ROW_STEP, group))
-                walls = list(map(_ROW_WALL, group))
+                # steps and stamps are the same for every tag of the shape: made once
+                steps: Sequence[int] = list(map(_ROW_STEP, group))
+                rising = len(steps) == 1 or all(map(lt, steps, islice(steps, 1, None)))
+                if rising:
+                    try:
+                        steps = array("q", steps)
+                    except OverflowError:  # beyond int64: point by point, clipped by add
+                        rising = False
+                walls = array("d", map(_ROW_WALL, group))
                 columns = zip(*map(_ROW_VALUES, group), strict=True)
                 for tag, column in zip(shape, columns, strict=True):
                     series = tags.get(tag) or self._new_series(tags, tag)
-                    series.extend(run, tag, steps, walls, column)
+                    series.extend(run, tag, steps, walls, column, rising=rising)
             known[id(shape)] = shape
         lasts = list(map(_LAST, tags.values()))
         self._top[run] = max(map(_STEP, lasts)), max(map(_WALL, lasts))

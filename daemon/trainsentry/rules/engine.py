@@ -31,7 +31,15 @@ from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
 from trainsentry.rules.clock import NoDataClock, ThroughputCondition
 from trainsentry.rules.condition import Evaluator, OtherSeries, fmt
-from trainsentry.rules.lifecycle import ESCALATED, FIRED, RESOLVED, Lifecycle, Transition
+from trainsentry.rules.lifecycle import (
+    ESCALATED,
+    FIRED,
+    INACTIVE,
+    RESOLVED,
+    Lifecycle,
+    Transition,
+)
+from trainsentry.rules.model import QUIET
 from trainsentry.rules.pattern import GrowthCondition, SpikeCondition
 from trainsentry.rules.threshold import NonFiniteCondition, ThresholdCondition
 from trainsentry.rules.window import (
@@ -273,6 +281,10 @@ class Engine:
                 alert.condition = make_condition(rule.condition)
             alert.last_step, alert.value = step, value
             verdict = alert.condition.update(step, wall, value, run)
+            if not alert.holding and (
+                verdict is None or (verdict == QUIET and alert.lifecycle.phase == INACTIVE)
+            ):
+                continue  # the common case: an idle alert judged quiet (or not judged) stays so
             event = alert.lifecycle.observe(verdict, step, wall)
             if verdict is not None:
                 alert.holding = verdict >= m.ACTIVE or (
