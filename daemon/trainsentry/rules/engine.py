@@ -49,7 +49,6 @@ from trainsentry.rules.window import (
     RiseCondition,
 )
 
-_new = tuple.__new__  # Point(...) would run NamedTuple's Python-level __new__
 # "grad_norm at step 340 grew ×18 in 40 steps ...": evidence reads as the predicate
 DEFAULT_MESSAGE = "{canonical} at step {step} {evidence}"
 RUN_WIDE = "*"  # the metric of a run-level alert (no data)
@@ -100,6 +99,7 @@ class _Run:
     others: dict[str, OtherSeries] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
     clocks: dict[str, Alert] = field(default_factory=dict)  # rule name → no-data alert
+    series: dict[str, list[Alert]] = field(default_factory=dict)  # tag → its rules' alerts
     last_step: int = 0
     last_wall: float = 0.0
     # The clock rules last advanced and the stamp they were advanced to: the other
@@ -132,7 +132,6 @@ class Engine:
         self._base_aliases = aliases or Aliases()
         self._bindings: dict[str, _Binding] = {}
         self._plans: dict[tuple[str, ...], _Plan] = {}
-        self._series: dict[tuple[str, str], list[Alert]] = {}
         self._runs: dict[str, _Run] = {}
         self._load(rules)
 
@@ -167,14 +166,14 @@ class Engine:
             self._end(run, gone, run.last_step, run.last_wall, "rule changed", out)
             run.alerts = [a for a in run.alerts if a.rule in keep]
             run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
-        for (run_id, tag), alerts in self._series.items():
-            run = self._runs[run_id]
-            binding = self._bindings.get(tag) or self._bind(tag)
-            kept = {a.rule: a for a in alerts if a.rule in keep}
-            alerts[:] = [
-                kept.get(rule) or self._new_alert(run, rule, tag, binding.canonical)
-                for rule in binding.series_rules
-            ]
+        for run in self._runs.values():
+            for tag, alerts in run.series.items():
+                binding = self._bindings.get(tag) or self._bind(tag)
+                kept = {a.rule: a for a in alerts if a.rule in keep}
+                alerts[:] = [
+                    kept.get(rule) or self._new_alert(run, rule, tag, binding.canonical)
+                    for rule in binding.series_rules
+                ]
         return out
 
     # --- feeding ---
@@ -236,8 +235,7 @@ class Engine:
             run.last_step, run.last_wall = step, wall
             for i, clocks, binding in plan:
                 if binding is not None:
-                    point = _new(Point, (run_id, tags[i], step, wall, values[i]))
-                    self._judge(run, binding, point, out)
+                    self._judge(run, binding, tags[i], step, wall, values[i], out)
                 elif clocks is not run.marked or step != run.marked_step or wall != run.marked_wall:
                     self._advance_clocks(run, clocks, step, wall, out)
                     run.marked, run.marked_step, run.marked_wall = clocks, step, wall
@@ -259,8 +257,16 @@ class Engine:
         plan = self._plans[tags] = tuple(steps)
         return plan
 
-    def _judge(self, run: _Run, binding: _Binding, point: Point, out: list[Transition]) -> None:
-        run_id, tag, step, wall, value = point
+    def _judge(
+        self,
+        run: _Run,
+        binding: _Binding,
+        tag: str,
+        step: int,
+        wall: float,
+        value: float,
+        out: list[Transition],
+    ) -> None:
         canonical = binding.canonical
         spans = self._other_spans.get(canonical)
         if spans is not None:
@@ -268,9 +274,9 @@ class Engine:
             if other is None:
                 other = run.others[canonical] = OtherSeries(spans)
             other.push(step, value)
-        alerts = self._series.get((run_id, tag))
+        alerts = run.series.get(tag)
         if alerts is None:
-            alerts = self._series[(run_id, tag)] = [
+            alerts = run.series[tag] = [
                 self._new_alert(run, rule, tag, canonical) for rule in binding.series_rules
             ]
         for alert in alerts:
@@ -384,8 +390,6 @@ class Engine:
         if run is None:
             return out
         self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
-        for key in [k for k in self._series if k[0] == run_id]:
-            del self._series[key]
         return out
 
     def finish_all(self, reason: str = "run finished") -> list[Transition]:
