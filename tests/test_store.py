@@ -335,3 +335,13 @@ def test_rows_filed_a_column_at_a_time_equal_points_added_one_by_one(
         assert mine.last[:4] == series.last[:4]
         assert mine.last.value == series.last.value or math.isnan(series.last.value)
         assert _points(mine) == _points(series)
+
+
+@pytest.mark.parametrize("rows", [1, 20], ids=["waiting", "backlog"])
+def test_a_row_step_beyond_64_bits_is_filed_at_the_limit_like_a_point(rows: int) -> None:
+    store = Store()
+    batch = [Row(step, 1.0, ("loss",), (float(step),)) for step in range(rows - 1)]
+    store.extend_rows("exp/a", [*batch, Row(1 << 70, 2.0, ("loss",), (7.0,))])
+    series = store.get("exp/a", "loss")
+    assert series is not None and series.count == rows
+    assert series.recent()[-1].step == (1 << 63) - 1 and series.last.value == 7.0

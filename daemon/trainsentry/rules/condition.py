@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from typing import Protocol
 
 from trainsentry.rules.model import Span
@@ -52,6 +53,9 @@ class Evaluator(Protocol):
         ...
 
 
+_NOTHING: tuple[tuple[float, float], ...] = ()  # what falls out of most pushes
+
+
 class SpanWindow(Packed):
     """The points within a span of the newest one, with running sum and sum of squares.
 
@@ -73,18 +77,29 @@ class SpanWindow(Packed):
     def position(self, step: int, wall_time: float, index: int) -> float:
         return axis(self.span, step, wall_time, index)
 
-    def push(self, position: float, value: float) -> list[tuple[float, float]]:
-        """Add a point; returns the points that fell out (oldest first)."""
+    def push(self, position: float, value: float) -> Sequence[tuple[float, float]]:
+        """Add a point; returns the points that fell out (oldest first).
+
+        Nothing falls out of most pushes into a span of steps or seconds (the
+        window is cut by position): that is told by one comparison, with no
+        list made; the evictions then go one at a time as before.
+        """
         if self.first_position is None:
             self.first_position = position
-        self.items.append((position, value))
+        items = self.items
+        items.append((position, value))
         self.sum += value
         self.sumsq += value * value
+        span = self.span
+        if span.unit == "points":
+            if len(items) <= span.amount:
+                return _NOTHING
+        elif items[0][0] > position - span.amount:
+            return _NOTHING
         out: list[tuple[float, float]] = []
-        limit = position - self.span.amount
-        items = self.items
+        limit = position - span.amount
         while items and (
-            items[0][0] <= limit if self.span.unit != "points" else len(items) > self.span.amount
+            items[0][0] <= limit if span.unit != "points" else len(items) > span.amount
         ):
             old = items.popleft()
             self.sum -= old[1]

@@ -63,8 +63,14 @@ class GrowthCondition(Packed):
         items = self.items
         if items and step <= items[-1][1]:
             return None  # a repeated or rewound step adds nothing to a fit against step
-        items.append((position, float(step), math.log(value)))
-        self._add(float(step), items[-1][2], 1.0)
+        y = math.log(value)
+        items.append((position, float(step), y))
+        x = step - self.origin  # _add, inlined: this runs for every point of every loss
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.sxy += x * y
+        self.syy += y * y
         while items and (
             len(items) > window.amount
             if window.unit == "points"
