@@ -52,7 +52,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, groupby, islice
+from itertools import chain, islice
 from operator import attrgetter, itemgetter, lt
 
 from trainsentry.point import Point, Row, batches_of
@@ -497,26 +497,34 @@ class Store:
         known = self._known.get(run)
         if known is None or len(known) >= KNOWN_SHAPES:
             known = self._known[run] = {}
+        nrows = len(shapes)
         row = at = 0  # where the group starts among the rows, and in `flat`
-        for shape, same in groupby(shapes):
-            n = sum(1 for _ in same)
-            width = len(shape)
+        while row < nrows:
+            shape = shapes[row]
+            stop = row + 1
+            while stop < nrows and shapes[stop] is shape:
+                stop += 1
+            n, width = stop - row, len(shape)
             end = at + width * n
-            steps, walls = all_steps[row : row + n], all_walls[row : row + n]
-            if len(set(shape)) != width:  # a tag twice in a row: two points, in order
-                for k in range(n):
-                    for i, tag in enumerate(shape):
+            if n == 1 or len(set(shape)) != width:
+                # a lone row (writers of one scalar an event alternate tags: torch's
+                # SummaryWriter), or a tag twice in a row: point by point, in order
+                for k in range(row, stop):
+                    step, wall = all_steps[k], all_walls[k]
+                    for tag in shape:
                         series = tags.get(tag) or self._new_series(tags, tag)
-                        value = flat[at + k * width + i]
-                        series.add(_new(Point, (run, tag, steps[k], walls[k], value)))
+                        series.add(_new(Point, (run, tag, step, wall, flat[at])))
+                        at += 1
             else:
                 # steps and stamps are the same for every tag of the shape: sliced once
-                rising = fits and (n == 1 or all(map(lt, steps, islice(steps, 1, None))))
+                steps, walls = all_steps[row:stop], all_walls[row:stop]
+                rising = fits and all(map(lt, steps, islice(steps, 1, None)))
                 for i, tag in enumerate(shape):
                     series = tags.get(tag) or self._new_series(tags, tag)
                     column = flat[at + i : end : width]  # one tag's values, strided: C-level
                     series.extend(run, tag, steps, walls, column, rising=rising)
-            row, at = row + n, end
+                at = end
+            row = stop
             known[id(shape)] = shape
         lasts = list(map(_LAST, tags.values()))
         self._top[run] = max(map(_STEP, lasts)), max(map(_WALL, lasts))

@@ -4,9 +4,10 @@ mmengine, the HF Trainer's `log_history` dumps, wandb exports and our own probe.
 A line is a record only once its newline has been written: a writer flushes a
 line in pieces, so a trailing line without a newline is left unconsumed even at
 EOF, and is parsed once, whole, on a later read. Lines are split with
-`bytes.split` and parsed by json's C scanner; everything else is a few dict
-lookups per line, so a 10 MB line or a million short ones cost about what the
-JSON parser costs (roughly twice, measured).
+`bytes.split` and parsed by orjson (json's C scanner for what orjson refuses,
+see `_parse`); a line of the keys seen before is then read by one planned
+getter, so a 10 MB line or a million short ones cost about what the JSON
+parser costs.
 
 What counts as a metric (decided here, relied on by rules and the probe):
 
