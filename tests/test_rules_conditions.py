@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 
 import pytest
 from hypothesis import given, settings
@@ -461,3 +462,32 @@ def test_a_sustained_blow_up_does_not_become_its_own_rolling_baseline() -> None:
     """
     got = evaluate(rule, points("1x39 40x40", tag="g"))
     assert [(t.state, t.step) for t in got] == [("firing", 40)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["steps", "seconds", "points"]),
+    st.floats(min_value=1, max_value=40),
+    st.lists(st.tuples(st.floats(-5, 30), st.floats(-1e3, 1e3)), max_size=120),
+)
+def test_a_span_window_keeps_exactly_the_points_a_deque_of_them_would(
+    unit: str, amount: float, pushes: list[tuple[float, float]]
+) -> None:
+    """The window is two arrays cut from the front; the reference is the deque of
+    (position, value) it replaced, evicting from the front while the front is old
+    (positions may go back: a wall clock set back)."""
+    window = SpanWindow(Span(amount, unit))
+    ref: deque[tuple[float, float]] = deque()
+    position = 0.0
+    for gap, value in pushes:
+        position += gap
+        fell = list(window.push(position, value))
+        ref.append((position, value))
+        want = []
+        while ref and (ref[0][0] <= position - amount if unit != "points" else len(ref) > amount):
+            want.append(ref.popleft())
+        assert fell == want
+        assert window.items == list(ref) and len(window) == len(ref)
+        assert window.mean() == pytest.approx(
+            sum(v for _, v in ref) / len(ref) if ref else math.nan, rel=1e-9, abs=1e-6, nan_ok=True
+        )

@@ -184,7 +184,7 @@ class SpikeCondition(Packed):
         self.value = value
         if spec.method == "sigma":
             mean, std = self.window.mean(), self.window.std()
-            ready = len(self.window.items) >= max(spec.warmup, 3)
+            ready = len(self.window) >= max(spec.warmup, 3)
             self.mean = mean
             self.limit = max(mean + spec.k * std, mean + (spec.min_ratio - 1.0) * abs(mean))
             spike = ready and value > self.limit
@@ -220,7 +220,7 @@ class SpikeCondition(Packed):
             sigmas = (self.value - self.mean) / std if std > 0 else math.inf
             text = (
                 f"jumped to {fmt(self.value)}, {sigmas:.3g}σ above its mean {fmt(self.mean)} "
-                f"over the last {len(self.window.items)} points (limit {fmt(self.limit)})"
+                f"over the last {len(self.window)} points (limit {fmt(self.limit)})"
             )
         else:
             text = (

@@ -59,10 +59,10 @@ class PlateauCondition:
             self.older.push(*old)
         first = self.recent.first_position
         if self.spec.window.unit == "points":
-            full = len(self.older.items) >= self.spec.window.amount
+            full = len(self.older) >= self.spec.window.amount
         else:
             full = first is not None and position - first >= 2 * self.spec.window.amount
-        if not full or not self.older.items:
+        if not full or not len(self.older):
             return None
         before, now = self.older.mean(), self.recent.mean()
         self.gain = sign * (before - now)
