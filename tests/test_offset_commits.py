@@ -86,3 +86,31 @@ def test_a_snapshot_commits_the_offsets_it_is_taken_at(
         assert committed(tmp_path / "state", log) == log.stat().st_size
     finally:
         daemon.close()
+
+
+def test_a_cycle_that_showed_alerts_commits_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alert lines on the terminal and in --alerts-jsonl repeat after a kill -9 only for
+    the cycle it interrupted: the service asks for a commit when it showed transitions."""
+    monkeypatch.setattr(runtime, "COMMIT_SECONDS", 3600.0)
+    log = tmp_path / "logs" / "exp" / "metrics.jsonl"
+    write_points(log, range(5))
+    got: list[Point] = []
+    daemon = Daemon([tmp_path / "logs"], StateDB(tmp_path / "state" / "state.db"), [into(got)])
+    daemon.start()
+    try:
+        first = log.stat().st_size
+        write_points(log, range(5, 9))
+        read_until(daemon, got, 9)
+        assert committed(tmp_path / "state", log) == first  # plain points wait for the interval
+        write_points(log, range(9, 12))
+
+        def shown(run: str, rows: list[Row]) -> None:  # as Service._deliver on transitions
+            daemon.commit_soon()
+
+        daemon.sinks.append(shown)
+        read_until(daemon, got, 12)
+        assert committed(tmp_path / "state", log) == log.stat().st_size
+    finally:
+        daemon.close()

@@ -489,6 +489,11 @@ class Daemon:
         self._unsaved.clear()
         self.state.save_offsets(t.checkpoint() for t in self._tails.values())
 
+    def commit_soon(self) -> None:
+        """Commit at the end of this cycle, not at the next interval: called when alert
+        transitions were shown, so a kill -9 repeats at most one cycle's worth of them."""
+        self._next_commit = 0.0
+
     def _commit(self) -> None:
         """Save the offsets of the files read since the last commit."""
         self._next_commit = time.monotonic() + COMMIT_SECONDS

@@ -129,6 +129,7 @@ class Service:
         )
         self.printer(transitions, told)
         self.notifier.submit(transitions)
+        self.daemon.commit_soon()  # what was shown must not be shown again after a kill
 
     def _evaluate(self, run: str, rows: list[Row]) -> None:
         self.store.extend_rows(run, rows)
