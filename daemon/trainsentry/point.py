@@ -107,8 +107,3 @@ def batches_of(points: Iterable[Point]) -> Iterator[tuple[str, list[Row]]]:
         assert key is not None
         rows.append(_new(Row, (key[0], key[1], tuple(tags), tuple(values))))
         yield run, rows
-
-
-def single_rows(samples: Iterable[tuple[str, int, float, float]]) -> list[Row]:
-    """One row per (tag, step, wall, value): for values that share nothing."""
-    return [_new(Row, (s, w, (t,), (v,))) for t, s, w, v in samples]

@@ -30,9 +30,10 @@ bucket counts equals `count`. Not thread-safe: one owner (the runtime) adds and
 reads.
 
 Rows (a record's values, `extend_rows`) are not filed one value at a time:
-a run's rows wait in a short list until PENDING_ROWS have come (or anything
-reads the run), and are then filed a shape at a time, each tag's values as one
-column appended with C-level array extends. Readers never see the wait: every
+a run's rows wait, as columns in buffers kept per run (`_Waiting`), until
+PENDING_ROWS have come (or anything reads the run), and are then filed a
+shape at a time, each tag's values as one column appended with C-level array
+extends. Readers never see the wait: every
 read of a run files what waits first, and `newest()` counts it. On a live
 fleet of one record per run a second this is the difference between a Python
 call per value and a few per sixteen records.
@@ -55,13 +56,13 @@ from dataclasses import dataclass
 from itertools import chain, islice
 from operator import attrgetter, itemgetter, lt
 
+from trainsentry.buffers import cut_front
 from trainsentry.point import Point, Row, batches_of
 
 _new = tuple.__new__
 _LAST = attrgetter("_last")  # a Series' newest point (set by its first add)
 _STEP, _WALL = itemgetter(2), itemgetter(3)
 INT64_MAX = (1 << 63) - 1
-_NO_SHRINK = 15  # array deletes below 16 items keep the buffer (see Series._retire)
 # A series no rule reads: enough for a plot's context in an incident bundle.
 SIDE_RECENT = 100
 SIDE_BUCKETS = 16
@@ -271,15 +272,7 @@ class Series:
         h = self._head
         if h:
             self._fold(0, h)
-            # Cut at most 15 at a time: CPython shrinks an array's buffer (a realloc)
-            # when 16 or more go at once, and the window grows right back. Cut so, the
-            # buffers settle at their largest size and stay: at 20,000 series, a
-            # realloc down and up per window turn fragmented the heap (RSS +33 MB).
-            steps, walls, values = self._steps, self._walls, self._values
-            while h > 0:
-                k = min(h, _NO_SHRINK)
-                del steps[:k], walls[:k], values[:k]
-                h -= k
+            cut_front((self._steps, self._walls, self._values), h)  # buffers kept: buffers.py
             self._head = 0
 
     def _fold(self, lo: int, hi: int) -> None:

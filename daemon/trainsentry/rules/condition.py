@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Protocol
 
+from trainsentry.buffers import NO_SHRINK, cut_front
 from trainsentry.rules.model import Span
 from trainsentry.rules.packed import Packed
 
@@ -54,7 +55,6 @@ class Evaluator(Protocol):
 
 
 _NOTHING: tuple[tuple[float, float], ...] = ()  # what falls out of most pushes
-_CUT = 15  # array deletes below 16 items keep the buffer (CPython reallocs down at 16)
 
 
 class SpanWindow(Packed):
@@ -65,7 +65,7 @@ class SpanWindow(Packed):
     fills a "2000 steps" plateau's two windows with 4,000 points a run; as
     tuples that was 0.4 MB a run, most of a fleet's memory once windows are
     full (the 10-minute soak never got there). The dead prefix is cut off 15
-    at a time, so the buffers settle at their largest size (see store.py).
+    at a time, so the buffers settle at their largest size (buffers.py).
     Sums are rebuilt once per window length of evictions, which keeps float
     drift bounded at amortised O(1) per point.
     """
@@ -138,9 +138,9 @@ class SpanWindow(Packed):
             self._evicted = 0
             self.sum = math.fsum(values[cut:])
             self.sumsq = math.fsum(v * v for v in values[cut:])
-        while self._head >= _CUT:
-            del positions[:_CUT], values[:_CUT]
-            self._head -= _CUT
+        if cut >= NO_SHRINK:
+            cut_front((positions, values), cut)
+            self._head = 0
         return out
 
     def covered(self, position: float) -> bool:
