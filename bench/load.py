@@ -183,7 +183,7 @@ def main() -> None:
                 "--alerts-jsonl", str(alerts),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=(said := open(Path(tmp) / "daemon.err", "w+")),  # noqa: SIM115
         )  # fmt: skip
         tail = AlertTail(alerts)
         written: dict[str, float] = {}
@@ -221,6 +221,9 @@ def main() -> None:
             daemon.wait(timeout=60)
             gen.terminate()
             gen.join()
+            said.seek(0)
+            warnings = said.read().splitlines()
+            said.close()
 
     elapsed = t1 - t0
     written_rate = args.runs * args.tags / args.tick
@@ -251,6 +254,9 @@ def main() -> None:
         )
     else:
         print("NaN write -> alert: no alert seen")
+    # a warning (a watch limit, a fallback to polling) changes what was measured
+    for line in warnings[:10]:
+        print(f"daemon said: {line}")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,13 @@ import gc
 import multiprocessing as mp
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from load import cpu_seconds, generate
+from load import cpu_seconds, generate, inject_nan
 
 from trainsentry import runtime, service, silence_clock, store, watcher
 from trainsentry.config.loader import load_config
@@ -77,10 +78,10 @@ class Clocks:
         self.seconds.clear()
         self.calls.clear()
 
-    def table(self, points: int, elapsed: float) -> str:
+    def table(self, points: int, elapsed: float, top: int | None = None) -> str:
         return "\n".join(
             f"  {k:30s} {1e6 * v / points:6.2f} µs/point  {self.calls[k] / elapsed:8.1f} calls/s"
-            for k, v in self.seconds.most_common()
+            for k, v in self.seconds.most_common(top)
         )
 
 
@@ -90,10 +91,24 @@ def main() -> None:
     ap.add_argument("--tags", type=int, default=20)
     ap.add_argument("--tb-share", type=float, default=0.2)
     ap.add_argument("--seconds", type=float, default=60, help="measured phase")
-    ap.add_argument("--minutes", action="store_true", help="also a line per minute (creep)")
+    ap.add_argument("--minutes", action="store_true", help="also a table per minute (creep)")
+    ap.add_argument(
+        "--inject-every", type=float, default=0.0, help="seconds between NaN runs (as --soak: 2)"
+    )
     args = ap.parse_args()
     gc.set_threshold(100_000, 50, 100)  # as cli.main sets it for `trainsentry run`
     clocks = Clocks()
+    collecting: dict[int, float] = {}
+
+    def gc_clock(phase: str, info: dict[str, int]) -> None:  # the collector's own time
+        if phase == "start":
+            collecting[0] = time.thread_time()
+        elif threading.current_thread() is threading.main_thread():
+            key = f"gc generation {info['generation']}"
+            clocks.seconds[key] += time.thread_time() - collecting.get(0, time.thread_time())
+            clocks.calls[key] += 1
+
+    gc.callbacks.append(gc_clock)
     for cls, name in STAGES:
         clocks.wrap(cls, name)
     clocks.wrap(tail.FileTail, "read", lambda t: f"FileTail.read ({t.log.kind})")
@@ -122,12 +137,22 @@ def main() -> None:
             time.monotonic(),
         )
         minute = (t0, c0, p0)
+        injected, next_inject = 0, t0
+        marks = (collections.Counter(clocks.seconds), collections.Counter(clocks.calls))
         while time.monotonic() - t0 < args.seconds:
             daemon.cycle(timeout=0.5)
+            if args.inject_every and time.monotonic() >= next_inject:
+                inject_nan(root, injected)
+                injected += 1
+                next_inject += args.inject_every
             if args.minutes and time.monotonic() - minute[0] >= 60:
                 n = daemon.stats.points - minute[2]
                 took = time.thread_time() - minute[1]
-                print(f"minute: {1e6 * took / n:.2f} µs/point", file=sys.stderr, flush=True)
+                print(f"minute: {1e6 * took / n:.2f} µs/point", file=sys.stderr)
+                spent = Clocks()
+                spent.seconds, spent.calls = clocks.seconds - marks[0], clocks.calls - marks[1]
+                print(spent.table(n, time.monotonic() - minute[0], 16), file=sys.stderr, flush=True)
+                marks = (collections.Counter(clocks.seconds), collections.Counter(clocks.calls))
                 minute = (time.monotonic(), time.thread_time(), daemon.stats.points)
         p1, c1, g1, t1 = (
             daemon.stats.points,

@@ -15,7 +15,7 @@ from trainsentry.inotify import InotifyTree
 from trainsentry.point import Point
 from trainsentry.runtime import DEFAULT_POLL_SECONDS, SAFETY_SWEEP_SECONDS, Daemon
 from trainsentry.state import StateDB
-from trainsentry.watcher import inotify_watches, limit_advice, watch_shortfall
+from trainsentry.watcher import inotify_watches, limit_advice, new_watcher, watch_shortfall
 
 
 def tree(root: Path) -> Path:
@@ -68,6 +68,47 @@ def test_a_healthy_tree_holds_a_watch_for_every_directory_it_walks(
     finally:
         daemon.close()
     assert "watch limit" not in caplog.text
+
+
+def test_directories_made_since_the_last_read_are_not_taken_for_a_watch_shortfall(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The watches of new directories are added when their events are read: a
+    # sweep that walks them first must let that happen before it counts (a fleet
+    # starting beside a busy root once fell back to polling for good this way).
+    root = tree(tmp_path / "logs")
+    got: list[Point] = []
+    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [into(got)])
+    daemon.start()
+    try:
+        for i in range(20):
+            (root / f"new{i}" / "seed0").mkdir(parents=True)
+        with caplog.at_level(logging.WARNING, logger="trainsentry"):
+            daemon.sweep()
+        assert daemon.stats.directories == 4 + 40
+        assert daemon.sweep_interval() == SAFETY_SWEEP_SECONDS
+        write_points(root / "new7" / "seed0" / "m.jsonl", range(2))
+        read_until(daemon, got, 5)  # seen through the watch added late, not a sweep
+    finally:
+        daemon.close()
+    assert "watch limit" not in caplog.text
+    assert sorted((p.run, p.step) for p in got)[-2:] == [("new7/seed0", 0), ("new7/seed0", 1)]
+
+
+def test_changes_read_while_catching_up_are_handed_out_by_the_next_take(tmp_path: Path) -> None:
+    root = tree(tmp_path / "logs")
+    watcher = new_watcher()
+    watcher.watch([root])
+    try:
+        (root / "c").mkdir()
+        write_points(root / "a" / "seed0" / "m.jsonl", range(3, 4))
+        watcher.catch_up()
+        changes = watcher.take()
+        assert str(root / "c") in changes.dirs
+        assert str(root / "a" / "seed0" / "m.jsonl") in changes.files
+        assert not watcher.take().files
+    finally:
+        watcher.stop()
 
 
 def test_a_root_the_kernel_refuses_to_watch_is_polled(

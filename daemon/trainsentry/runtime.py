@@ -296,6 +296,8 @@ class Daemon:
         directories = sum(self._dirs_by_root.get(r, 0) for r in native)
         deadline = time.monotonic() + WATCH_GRACE_SECONDS
         while True:
+            # the walk may have met directories whose watches wait in unread events
+            self._watcher.catch_up()
             watches = inotify_watches()
             short = watch_shortfall(directories, watches)
             if not short or time.monotonic() >= deadline:

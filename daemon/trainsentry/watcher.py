@@ -184,6 +184,12 @@ class Watcher:
         """The files and directories changed since the last call."""
         raise NotImplementedError
 
+    def catch_up(self) -> None:
+        """Add the watches of directories created since the last `take` (kept for it).
+
+        A backend with threads of its own adds them as they come: nothing to do.
+        """
+
     def stop(self) -> None: ...
 
 
@@ -193,6 +199,7 @@ class InotifyWatcher(Watcher):
     def __init__(self) -> None:
         super().__init__()
         self._tree: inotify.InotifyTree | None = None
+        self._held = Changes()  # read by catch_up, handed out by the next take
 
     def _start(self) -> None:
         self._tree = inotify.InotifyTree()
@@ -208,8 +215,13 @@ class InotifyWatcher(Watcher):
         return self._tree.wait(timeout)
 
     def take(self) -> Changes:
-        changes = Changes()
+        changes, self._held = self._held, Changes()
         return changes if self._tree is None else self._tree.read(changes)
+
+    def catch_up(self) -> None:
+        """New directories are watched when their events are read, on this thread."""
+        if self._tree is not None:
+            self._tree.read(self._held)
 
     def stop(self) -> None:
         if self._tree is not None:
