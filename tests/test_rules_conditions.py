@@ -16,6 +16,7 @@ from trainsentry.rules.condition import SpanWindow
 from trainsentry.rules.loader import RuleFileError
 from trainsentry.rules.model import Growth, Span
 from trainsentry.rules.pattern import GrowthCondition
+from trainsentry.rules.window import AdjacentWindows
 
 # --- layer 1 ---
 
@@ -481,13 +482,43 @@ def test_a_span_window_keeps_exactly_the_points_a_deque_of_them_would(
     position = 0.0
     for gap, value in pushes:
         position += gap
-        fell = list(window.push(position, value))
+        window.push(position, value)
         ref.append((position, value))
-        want = []
         while ref and (ref[0][0] <= position - amount if unit != "points" else len(ref) > amount):
-            want.append(ref.popleft())
-        assert fell == want
+            ref.popleft()
         assert window.items == list(ref) and len(window) == len(ref)
         assert window.mean() == pytest.approx(
             sum(v for _, v in ref) / len(ref) if ref else math.nan, rel=1e-9, abs=1e-6, nan_ok=True
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["steps", "seconds", "points"]),
+    st.floats(min_value=1, max_value=40),
+    st.lists(st.tuples(st.floats(-5, 30), st.floats(-1e3, 1e3)), max_size=160),
+)
+def test_adjacent_windows_hold_what_two_span_windows_handing_over_held(
+    unit: str, amount: float, pushes: list[tuple[float, float]]
+) -> None:
+    """The plateau's one pair of arrays against the two span windows it replaced (the
+    recent one pushing what it dropped into the older one): the same points and,
+    bit for bit, the same sums, so a plateau judges exactly as it did."""
+    span = Span(amount, unit)
+    windows = AdjacentWindows(span)
+    recent, older = SpanWindow(span), SpanWindow(span)
+    position = 0.0
+    for gap, value in pushes:
+        position += gap
+        windows.push(position, value)
+        before = recent.items
+        recent.push(position, value)
+        for p, v in before[: len(before) + 1 - len(recent)]:  # what fell out of recent
+            older.push(p, v)
+        h = windows._split
+        assert list(zip(windows.positions[h:], windows.values[h:], strict=True)) == recent.items
+        f = windows._first
+        assert list(zip(windows.positions[f:h], windows.values[f:h], strict=True)) == older.items
+        assert (windows.recent_sum, windows.older_sum) == (recent.sum, older.sum)
+        assert (windows.recent_len, windows.older_len) == (len(recent), len(older))
+        assert windows.first_position == recent.first_position

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
 from typing import Protocol
 
 from trainsentry.buffers import NO_SHRINK, cut_front
@@ -52,9 +51,6 @@ class Evaluator(Protocol):
     def evidence(self) -> str:
         """Why the last verdict was what it was: values, window, fit, projection."""
         ...
-
-
-_NOTHING: tuple[tuple[float, float], ...] = ()  # what falls out of most pushes
 
 
 class SpanWindow(Packed):
@@ -103,12 +99,11 @@ class SpanWindow(Packed):
     def position(self, step: int, wall_time: float, index: int) -> float:
         return axis(self.span, step, wall_time, index)
 
-    def push(self, position: float, value: float) -> Sequence[tuple[float, float]]:
-        """Add a point; returns the points that fell out (oldest first).
+    def push(self, position: float, value: float) -> None:
+        """Add a point; the oldest leave as the span says.
 
         Nothing falls out of most pushes into a span of steps or seconds (the
-        window is cut by position): that is told by one comparison, with no
-        list made.
+        window is cut by position): that is told by one comparison.
         """
         if self.first_position is None:
             self.first_position = position
@@ -127,9 +122,9 @@ class SpanWindow(Packed):
             while cut < size and positions[cut] <= limit:  # the front, as it came
                 cut += 1
         if cut == h:
-            return _NOTHING
-        out = list(zip(positions[h:cut], values[h:cut], strict=True))
-        for _, old in out:
+            return
+        for k in range(h, cut):
+            old = values[k]
             self.sum -= old
             self.sumsq -= old * old
         self._head = cut
@@ -141,7 +136,6 @@ class SpanWindow(Packed):
         if cut >= NO_SHRINK:
             cut_front((positions, values), cut)
             self._head = 0
-        return out
 
     def covered(self, position: float) -> bool:
         """True once the history seen reaches back a whole span."""

@@ -12,11 +12,128 @@ once per baseline refresh.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 
-from trainsentry.rules.condition import RunView, SpanWindow, fmt, median
-from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise
+from trainsentry.buffers import NO_SHRINK, cut_front
+from trainsentry.rules.condition import RunView, axis, fmt, median
+from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise, Span
 from trainsentry.rules.packed import Packed
+
+
+class AdjacentWindows(Packed):
+    """A span's last window and the window before it, in one pair of arrays.
+
+    What a plateau compares: the points within a span of the newest one
+    (`recent`), and the points that fell out of it, within a span of the last
+    one that fell (`older`), each with a running sum. They were two span
+    windows, the one pushing what it dropped into the other; a loss logged
+    every step then made a tuple and a list per point and held every point
+    twice in the hand-over. Here a point is written once and only moves across
+    the boundary index: the arrays are [older | recent], from `_first` and
+    `_split`. The sums take the same operations in the same order as the two
+    windows did (the property test compares them bit for bit), and each is
+    rebuilt once per window length of its evictions, which bounds float drift.
+    """
+
+    __slots__ = (
+        "_first",
+        "_older_out",
+        "_recent_out",
+        "_split",
+        "first_position",
+        "older_sum",
+        "positions",
+        "recent_sum",
+        "span",
+        "values",
+    )
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.positions = array("d")
+        self.values = array("d")
+        self._first = 0  # older is [_first:_split], recent [_split:]
+        self._split = 0
+        self.recent_sum = 0.0
+        self.older_sum = 0.0
+        self._recent_out = 0  # evictions since each sum was last rebuilt
+        self._older_out = 0
+        self.first_position: float | None = None  # of the first point ever pushed
+
+    @property
+    def recent_len(self) -> int:
+        return len(self.values) - self._split
+
+    @property
+    def older_len(self) -> int:
+        return self._split - self._first
+
+    def recent_mean(self) -> float:
+        n = self.recent_len
+        return self.recent_sum / n if n else math.nan
+
+    def older_mean(self) -> float:
+        n = self.older_len
+        return self.older_sum / n if n else math.nan
+
+    def position(self, step: int, wall_time: float, index: int) -> float:
+        return axis(self.span, step, wall_time, index)
+
+    def push(self, position: float, value: float) -> None:
+        if self.first_position is None:
+            self.first_position = position
+        positions, values = self.positions, self.values
+        positions.append(position)
+        values.append(value)
+        self.recent_sum += value
+        amount, by_points = self.span.amount, self.span.unit == "points"
+        split = self._split
+        size = len(values)
+        if by_points:
+            cut = split + max(0, math.ceil(size - split - amount))
+        else:
+            limit = position - amount
+            cut = split
+            while cut < size and positions[cut] <= limit:  # the front, as it came
+                cut += 1
+        if cut == split:
+            return
+        for k in range(split, cut):
+            self.recent_sum -= values[k]
+        self._recent_out += cut - split
+        if self._recent_out > size - cut + 16:
+            self._recent_out = 0
+            self.recent_sum = math.fsum(values[cut:])
+        for k in range(split, cut):  # one by one into older, as the two windows did
+            self._split = k + 1
+            self._enter_older(k, amount, by_points)
+        if self._first >= NO_SHRINK:
+            first = self._first
+            cut_front((positions, values), first)
+            self._first, self._split = 0, self._split - first
+
+    def _enter_older(self, k: int, amount: float, by_points: bool) -> None:
+        """The point at k has just left recent: older takes it and drops what it outgrew."""
+        positions, values = self.positions, self.values
+        self.older_sum += values[k]
+        first, end = self._first, k + 1
+        if by_points:
+            cut = first + max(0, math.ceil(end - first - amount))
+        else:
+            limit = positions[k] - amount
+            cut = first
+            while cut < end and positions[cut] <= limit:
+                cut += 1
+        if cut == first:
+            return
+        for j in range(first, cut):
+            self.older_sum -= values[j]
+        self._first = cut
+        self._older_out += cut - first
+        if self._older_out > end - cut + 16:
+            self._older_out = 0
+            self.older_sum = math.fsum(values[cut:end])
 
 
 class PlateauCondition:
@@ -28,12 +145,11 @@ class PlateauCondition:
     for evaluations that come a few at a time.
     """
 
-    __slots__ = ("best", "best_at", "best_step", "count", "gain", "older", "recent", "spec")
+    __slots__ = ("best", "best_at", "best_step", "count", "gain", "spec", "windows")
 
     def __init__(self, spec: Plateau) -> None:
         self.spec = spec
-        self.recent = SpanWindow(spec.window)
-        self.older = SpanWindow(spec.window)
+        self.windows = AdjacentWindows(spec.window)
         self.count = 0
         self.best = math.nan
         self.best_at = 0.0
@@ -48,23 +164,24 @@ class PlateauCondition:
             return None
         self.count += 1
         sign = 1.0 if self.spec.goal == "min" else -1.0
-        position = self.recent.position(step, wall_time, self.count)
+        windows = self.windows
+        position = windows.position(step, wall_time, self.count)
         if self.spec.method == "best":
             if math.isnan(self.best) or sign * (self.best - value) > self._needed(self.best):
                 self.best, self.best_at, self.best_step = value, position, step
                 return QUIET
             stuck = position - self.best_at >= self.spec.window.amount
             return ACTIVE if stuck else QUIET
-        for old in self.recent.push(position, value):
-            self.older.push(*old)
-        first = self.recent.first_position
+        windows.push(position, value)
+        first = windows.first_position
+        older = windows.older_len
         if self.spec.window.unit == "points":
-            full = len(self.older) >= self.spec.window.amount
+            full = older >= self.spec.window.amount
         else:
             full = first is not None and position - first >= 2 * self.spec.window.amount
-        if not full or not len(self.older):
+        if not full or not older:
             return None
-        before, now = self.older.mean(), self.recent.mean()
+        before, now = windows.older_sum / older, windows.recent_mean()
         self.gain = sign * (before - now)
         return ACTIVE if self.gain <= 0 or self.gain < self._needed(before) else QUIET
 
@@ -80,12 +197,12 @@ class PlateauCondition:
             best = f"{fmt(self.best)}, from step {self.best_step},"
             tail = f" ({need})" if need else ""
             return f"has not improved on its best {best} for {spec.window}{tail}"
-        before = self.older.mean()
+        before = self.windows.older_mean()
         rel = self.gain / abs(before) if before else math.nan
         tail = f"; {need}" if need else ""
         return (
             f"improved {rel:.2%} over the last {spec.window} "
-            f"(mean {fmt(self.recent.mean())} vs {fmt(before)} before{tail})"
+            f"(mean {fmt(self.windows.recent_mean())} vs {fmt(before)} before{tail})"
         )
 
 
