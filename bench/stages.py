@@ -29,7 +29,8 @@ from typing import Any
 
 from load import cpu_seconds, generate, inject_nan
 
-from trainsentry import runtime, service, silence_clock, store, watcher
+from trainsentry import runtime, service, silence_clock, state, store, watcher
+from trainsentry.alerts import notifier, outbox
 from trainsentry.config.loader import load_config
 from trainsentry.http_api import view
 from trainsentry.rules import engine
@@ -48,6 +49,14 @@ STAGES: list[tuple[type, str]] = [
     (runtime.Daemon, "_snapshot"),
     (runtime.Daemon, "sweep"),
     (watcher.InotifyWatcher, "take"),
+    (store.Series, "_retire"),
+    (store.Store, "newest"),
+    (engine.Engine, "firing"),
+    (engine.Engine, "tick"),
+    (notifier.Notifier, "tick"),
+    (outbox.Outbox, "flush_held"),
+    (state.StateDB, "save_offsets"),
+    (tail.FileTail, "checkpoint"),
 ]
 
 

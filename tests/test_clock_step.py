@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_rules_notation import WALL0, points, ruleset
 
-from trainsentry.point import Point, batches_of
+from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
@@ -148,3 +150,26 @@ def test_a_run_silent_before_the_daemon_started_keeps_its_real_gap() -> None:
         ("stalled", "firing"),
         ("stalled", "resolved"),
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 2000), st.floats(-4000, 4000), st.booleans()), max_size=40))
+def test_one_record_is_cut_as_the_general_path_cuts_it(
+    moves: list[tuple[float, float, bool]],
+) -> None:
+    """`arrived` with one row takes a short path; with the row given twice (the same
+    stamp: judged once) it takes the general one. Same cuts, same steps, same state."""
+    clocks = Clocks()
+    one = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    general = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    stamp = clocks.wall
+    for step, (elapsed, drift, stepped) in enumerate(moves):
+        clocks.advance(elapsed)
+        if stepped:
+            clocks.wall += drift  # the host's clock stepped
+        stamp += elapsed + (drift if not stepped else 0.0)  # the job's clock
+        row = Row(step, stamp, ("loss",), (1.0,))
+        cut = [(len(part), shift) for part, shift in one.arrived("r", [row])]
+        twice = [(len(part) and 1, shift) for part, shift in general.arrived("r", [row, row])]
+        assert cut == twice
+        assert one._runs == general._runs

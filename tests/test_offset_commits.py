@@ -1,4 +1,4 @@
-"""Read offsets are committed once a second, not per cycle, yet never fall behind a snapshot."""
+"""Read offsets are committed every COMMIT_SECONDS, not per cycle, yet never lag a snapshot."""
 
 from __future__ import annotations
 

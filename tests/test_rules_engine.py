@@ -263,6 +263,23 @@ def test_firing_lists_what_is_shown_now() -> None:
     assert [(t.run, t.rule, t.state) for t in engine.firing()] == [("a", "hot", "firing")]
 
 
+def test_firing_reads_each_alert_as_it_stands_now() -> None:
+    # firing() keeps what it rendered for an alert that has not moved (an idle run's
+    # alert is asked for every second): a new point, or a record of other tags that
+    # moves the run's stamp, must show.
+    engine = Engine(ruleset("- {name: hot, metric: loss, threshold: {above: 5}}"))
+    engine.feed_all(points("9", run="a") + points("1", run="b"))
+    (first,) = engine.firing()
+    assert engine.firing() == [first]
+    engine.feed_rows("a", [Row(1, WALL0 + 50, ("loss",), (12.0,))])
+    (moved,) = engine.firing()
+    assert (moved.step, moved.value, moved.wall_time) == (1, 12.0, WALL0 + 50)
+    assert "at step 1" in moved.message and "12" in moved.message
+    engine.feed_rows("a", [Row(2, WALL0 + 60, ("lr",), (0.1,))])
+    (stamped,) = engine.firing()
+    assert (stamped.step, stamped.wall_time) == (1, WALL0 + 60)
+
+
 def test_replay_prints_json_lines_and_a_text_timeline() -> None:
     rules = ruleset("- {name: hot, metric: loss, threshold: {above: 5}, runbook: cool it}")
     pts = points("1 9 1", tag="train/loss")

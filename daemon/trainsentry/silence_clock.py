@@ -71,6 +71,8 @@ class SilenceClock:
             # history (a backfill): nothing to judge, and no per-row cost
             self._runs[run] = [last, wall, mono, 0.0]
             return [(rows, 0.0)]
+        if len(rows) == 1:  # a live record: the loop below, for one live stamp
+            return self._one(run, rows, first, wall, mono)
         parts: list[tuple[Sequence[Row], float]] = []
         start = 0
         previous = math.nan
@@ -98,6 +100,22 @@ class SilenceClock:
             return [(rows, 0.0)]
         parts.append((rows[start:], 0.0))
         return [p for p in parts if p[0] or p[1]]
+
+    def _one(
+        self, run: str, rows: Sequence[Row], stamp: float, wall: float, mono: float
+    ) -> list[tuple[Sequence[Row], float]]:
+        seen = self._runs.get(run)
+        if seen is None:
+            self._runs[run] = [stamp, wall, mono, 1.0]
+            return [(rows, 0.0)]
+        out: list[tuple[Sequence[Row], float]] = [(rows, 0.0)]
+        if seen[3]:
+            jump = stamp - seen[0] - (mono - seen[2])
+            if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
+                out.insert(0, ((), jump))
+                self._say(run, jump, mono - seen[2])
+        seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, 1.0
+        return out
 
     def now_of(self, run: str) -> float:
         """The wall time a run's silence is measured to, as if the clock had not stepped."""

@@ -1,7 +1,7 @@
 """The daemon's memory across restarts: one SQLite file in the state dir.
 
 SQLite rather than a JSON checkpoint file: offsets of thousands of files are
-updated every second, the notification outbox needs transactions of its own,
+updated every couple of seconds, the notification outbox needs transactions of its own,
 and a WAL-mode commit is atomic and cheap. The outbox is written by the main
 loop and by the delivery workers through their own connections (alerts/outbox.py);
 WAL lets them read while another writes, and a busy timeout queues the writers.
@@ -197,7 +197,7 @@ class StateDB:
 
 
 def _rows(checkpoints: Iterable[Checkpoint]) -> list[tuple[object, ...]]:
-    """orjson for the decoder states: a thousand files' offsets are saved every second,
+    """orjson for the decoder states: a thousand files' offsets are saved every 2 s,
     and json.dumps was a third of it (decoder states hold only str keys, no floats)."""
     now = time.time()
     return [

@@ -112,7 +112,7 @@ class ThroughputCondition(Packed):
         if self.baseline <= 0 or len(self.recent) < self.spec.recent:
             return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
         spec = self.spec
-        self.now = median(list(self.recent)) if spec.recent > 1 else per_step
+        self.now = median(self.recent) if spec.recent > 1 else per_step
         slow = self.now > spec.slowdown * self.baseline
         if spec.min_gap and per_step * self.steps < spec.min_gap:
             return QUIET
@@ -181,7 +181,7 @@ class NoDataClock(Packed):
             self.last_wall = wall_time
 
     def typical(self) -> float:
-        return median(list(self.intervals)) if len(self.intervals) >= 3 else math.nan
+        return median(self.intervals) if len(self.intervals) >= 3 else math.nan
 
     def _allowed(self) -> float:
         typical = self.typical()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable
 from typing import Protocol
 
 from trainsentry.buffers import NO_SHRINK, cut_front
@@ -163,7 +164,7 @@ def axis(span: Span, step: int, wall_time: float, index: int) -> float:
     return float(step) if unit == "steps" else wall_time if unit == "seconds" else float(index)
 
 
-def median(values: list[float]) -> float:
+def median(values: Iterable[float]) -> float:
     ordered = sorted(values)
     n = len(ordered)
     mid = n // 2

@@ -87,6 +87,9 @@ class Alert:
     holding: bool = False  # the condition's latest verdict holds the alarm (not the latch)
     last_step: int = -(2**62)
     value: float = math.nan
+    # what firing() last rendered for it, and what that depended on: an alert left
+    # firing on an idle run renders the same every second (the HTTP snapshot)
+    view: tuple[tuple[int, float, str], Transition] | None = None
 
     def severity(self) -> str:
         escalated = self.lifecycle.level >= m.CRITICAL
@@ -408,12 +411,18 @@ class Engine:
 
     def firing(self) -> list[Transition]:
         """The alerts shown as firing now, as their latest firing transition would read."""
-        return [
-            self._transition(a, "firing", a.shown, a.last_step, run.last_wall, None, None)
-            for run in self._runs.values()
-            for a in run.alerts
-            if a.shown is not None
-        ]
+        out = []
+        for run in self._runs.values():
+            for a in run.alerts:
+                if a.shown is None:
+                    continue
+                # a message is a function of the alert's state, which moves only with
+                # its series' points (last_step), the run's stamp, or what is shown
+                step, wall, shown = key = (a.last_step, run.last_wall, a.shown)
+                if a.view is None or a.view[0] != key:
+                    a.view = (key, self._transition(a, "firing", shown, step, wall, None, None))
+                out.append(a.view[1])
+        return out
 
     # --- what is shown: escalation, inhibition, messages ---
 

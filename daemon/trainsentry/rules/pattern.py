@@ -59,25 +59,30 @@ class GrowthCondition(Packed):
         self.count += 1
         self.value = value
         window = self.spec.window
-        position = axis(window, step, wall_time, self.count)
         items = self.items
         if items and step <= items[-1][1]:
             return None  # a repeated or rewound step adds nothing to a fit against step
+        by_points = window.unit == "points"
+        position = float(self.count) if by_points else axis(window, step, wall_time, self.count)
         y = math.log(value)
         items.append((position, float(step), y))
-        x = step - self.origin  # _add, inlined: this runs for every point of every loss
+        # _add, inlined (with its sign): this runs for every point of every loss
+        origin = self.origin
+        x = step - origin
         self.sx += x
         self.sy += y
         self.sxx += x * x
         self.sxy += x * y
         self.syy += y * y
-        while items and (
-            len(items) > window.amount
-            if window.unit == "points"
-            else items[0][0] <= position - window.amount
-        ):
-            old = items.popleft()
-            self._add(old[1], old[2], -1.0)
+        limit = position - window.amount
+        while items and (len(items) > window.amount if by_points else items[0][0] <= limit):
+            _, ox, oy = items.popleft()
+            ox -= origin
+            self.sx -= ox
+            self.sy -= oy
+            self.sxx -= ox * ox
+            self.sxy -= ox * oy
+            self.syy -= oy * oy
         self.rebuild_in -= 1
         if self.rebuild_in <= 0:
             self._rebuild()
@@ -183,12 +188,16 @@ class SpikeCondition(Packed):
         self.count += 1
         self.value = value
         if spec.method == "sigma":
-            mean, std = self.window.mean(), self.window.std()
-            ready = len(self.window) >= max(spec.warmup, 3)
+            window = self.window
+            n = len(window)
+            # the window's mean() and std(), inlined: this runs for every loss point
+            mean = window.sum / n if n else math.nan
+            std = math.sqrt(max(window.sumsq / n - mean * mean, 0.0)) if n >= 2 else 0.0
+            ready = n >= spec.warmup and n >= 3
             self.mean = mean
-            self.limit = max(mean + spec.k * std, mean + (spec.min_ratio - 1.0) * abs(mean))
-            spike = ready and value > self.limit
-            self.window.push(self.count, min(value, self.limit) if ready else value)
+            self.limit = limit = max(mean + spec.k * std, mean + (spec.min_ratio - 1.0) * abs(mean))
+            spike = ready and value > limit
+            window.push(self.count, min(value, limit) if ready else value)
         else:
             fast_a, slow_a = 2.0 / (spec.fast + 1.0), 2.0 / (spec.slow + 1.0)
             self.fast = value if math.isnan(self.fast) else self.fast + fast_a * (value - self.fast)
