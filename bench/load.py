@@ -13,6 +13,7 @@ its RSS at the start and end of the phase (a leak shows as growth).
 
     python bench/load.py --runs 200 --tags 20 --seconds 30
     python bench/load.py --soak          # 1,000 runs for 10 minutes, a NaN every 2 s
+    python bench/load.py --soak --prefill 4000   # the same with every window full (steady state)
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ from tempfile import TemporaryDirectory
 SLICES = 20
 
 
-def generate(root: str, runs: int, tags: int, tick: float, tb_share: float, stop_at: float) -> None:
-    """The fleet of training jobs: one record per run per tick until `stop_at`."""
+def generate(
+    root: str, runs: int, tags: int, tick: float, tb_share: float, stop_at: float, prefill: int = 0
+) -> None:
+    """The fleet of training jobs: one record per run per tick until `stop_at`.
+
+    `prefill`: each run first gets that many steps of history (its loss only, a
+    tick apart, ending now), so the rules' windows and the store's judged
+    windows start full: the state an hours-old fleet is in, which a few minutes
+    of live records do not reach (a "2000 steps" plateau fills in 67 minutes).
+    """
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -54,7 +63,22 @@ def generate(root: str, runs: int, tags: int, tick: float, tb_share: float, stop
     # so the daemon sees a steady stream of events rather than one burst a tick.
     writers: list[tuple[bool, object]] = [(False, f) for f in jsonl] + [(True, w) for w in tb]
     slices = [writers[i::SLICES] for i in range(SLICES)]
-    step = 0
+    start = time.time() - prefill * tick
+    for step in range(prefill):
+        wall = start + step * tick
+        loss = 1.0 / (step + 1)
+        for is_tb, out in writers:
+            if is_tb:
+                value = summary_pb2.Summary.Value(tag="loss", simple_value=loss)
+                event = event_pb2.Event(
+                    wall_time=wall, step=step, summary=summary_pb2.Summary(value=[value])
+                )
+                out.add_event(event)  # type: ignore[attr-defined]
+            else:
+                out.write(f'{{"step": {step}, "time": {wall}, "loss": {loss}}}\n')  # type: ignore[attr-defined]
+    for _, out in writers:
+        out.flush()  # type: ignore[attr-defined]
+    step = prefill
     next_slice = time.monotonic()
     while time.time() < stop_at:
         for group in slices:
@@ -154,6 +178,12 @@ def main() -> None:
         "--inject-every", type=float, default=1.0, help="seconds between NaN injections"
     )
     ap.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="steps of history per run before the live phase (4000 fills every default window)",
+    )
+    ap.add_argument(
         "--soak",
         action="store_true",
         help="the issue's soak: 1,000 runs for 10 minutes (--runs/--seconds still apply if given)",
@@ -169,11 +199,14 @@ def main() -> None:
         root.mkdir()
         alerts.touch()
         warmup = 10.0
-        stop_at = time.time() + warmup + args.seconds + 30
+        catch_up = 900.0 if args.prefill else 0.0  # at most, for writing and reading it
+        stop_at = time.time() + catch_up + warmup + args.seconds + 30
         gen = mp.Process(
             target=generate,
-            args=(str(root), args.runs, args.tags, args.tick, args.tb_share, stop_at),
-        )
+            args=(
+                str(root), args.runs, args.tags, args.tick, args.tb_share, stop_at, args.prefill
+            ),
+        )  # fmt: skip
         gen.start()
         port = free_port()
         daemon = subprocess.Popen(
@@ -189,6 +222,17 @@ def main() -> None:
         written: dict[str, float] = {}
         windows: list[float] = []  # daemon CPU share per minute
         try:
+            if args.prefill:
+                began, history = time.monotonic(), args.runs * args.prefill
+                while time.monotonic() - began < catch_up:
+                    time.sleep(1.0)
+                    try:
+                        if points_read(port) >= history:
+                            break
+                    except OSError:
+                        pass  # the API is not up yet
+                print(f"prefill: {history:,} points of history read in "
+                      f"{time.monotonic() - began:.0f} s")  # fmt: skip
             time.sleep(warmup)
             assert gen.pid is not None
             p0, t0 = points_read(port), time.monotonic()

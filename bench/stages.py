@@ -10,7 +10,7 @@ second, with the daemon thread's total against the writers' own CPU (the
 peer measured in the same run). The wrappers' clock reads (~0.6 µs a call on
 a VM) make the per-record stages read a few hundredths of a µs/point high.
 
-    python bench/stages.py --runs 1000 --seconds 60 [--minutes]
+    python bench/stages.py --runs 1000 --seconds 60 [--minutes] [--prefill 4000] [--inject-every 2]
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--tb-share", type=float, default=0.2)
     ap.add_argument("--seconds", type=float, default=60, help="measured phase")
     ap.add_argument("--minutes", action="store_true", help="also a table per minute (creep)")
+    ap.add_argument("--prefill", type=int, default=0, help="steps of history per run (load.py)")
     ap.add_argument(
         "--inject-every", type=float, default=0.0, help="seconds between NaN runs (as --soak: 2)"
     )
@@ -125,9 +126,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "logs"
         root.mkdir()
-        stop_at = time.time() + 2 + warmup + args.seconds + 5
+        catch_up = 900.0 if args.prefill else 0.0
+        stop_at = time.time() + 2 + catch_up + warmup + args.seconds + 5
         gen = mp.Process(
-            target=generate, args=(str(root), args.runs, args.tags, 1.0, args.tb_share, stop_at)
+            target=generate,
+            args=(str(root), args.runs, args.tags, 1.0, args.tb_share, stop_at, args.prefill),
         )
         gen.start()
         assert gen.pid is not None
@@ -135,6 +138,8 @@ def main() -> None:
         svc = service.Service(load_config(None, environ={}), [root], Path(tmp) / "state")
         daemon = svc.daemon
         daemon.start()
+        while args.prefill and daemon.stats.points < args.runs * args.prefill:
+            daemon.cycle(timeout=0.5)
         began = time.monotonic()
         while time.monotonic() - began < warmup:
             daemon.cycle(timeout=0.5)

@@ -90,6 +90,31 @@ def test_per_layer_gradient_norms_equal_a_direct_reference(tmp_path: Path) -> No
         assert r["probe/grad_concentration"] == pytest.approx(max(norms) / median, rel=1e-5)
 
 
+def test_sparse_embedding_gradients_are_normed_with_the_dense_ones(tmp_path: Path) -> None:
+    # nn.Embedding(sparse=True) gives a sparse gradient, which the fused norm kernel
+    # refuses: the probe notices once and takes each such gradient's values instead.
+    torch.manual_seed(2)
+    embed, head = nn.Embedding(50, 8, sparse=True), nn.Linear(8, 3)
+    model = nn.Sequential(embed, nn.Flatten(), nn.Linear(8 * 4, 8), nn.ReLU(), head)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total, embedding = [], []
+    with trainsentry_probe.watch(model, opt, tmp_path, layer_every=2):
+        for _ in range(5):
+            x = torch.randint(0, 50, (16, 4))
+            F.cross_entropy(model(x), x[:, 0] % 3).backward()
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            assert grads[0].is_sparse
+            dense = [g.coalesce().values() if g.is_sparse else g for g in grads]
+            total.append(layer_norm(dense))
+            embedding.append(layer_norm(dense[:1]))
+            opt.step()
+            opt.zero_grad()
+    _, records = read(tmp_path)
+    assert [r["probe/grad_norm"] for r in records] == pytest.approx(total, rel=1e-5)
+    for step in (0, 2, 4):
+        assert records[step]["probe/grad_norm/0"] == pytest.approx(embedding[step], rel=1e-5)
+
+
 def test_gradient_norms_are_taken_before_clipping(tmp_path: Path) -> None:
     torch.manual_seed(6)
     model = Net()

@@ -22,16 +22,20 @@ import torch
 from trainsentry_probe.layers import LayerMap, with_grads
 
 
-def norms_of(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+def norms_of(
+    tensors: list[torch.Tensor], device: torch.device, *, sparse: bool = False
+) -> torch.Tensor:
     """The 2-norm of each tensor as one float32 vector on `device`.
 
     Read under no_grad, so callers hand gradients and parameters as they are
     (no `detach()` per tensor: a new tensor object each, on every step).
+    `sparse`: some may be sparse (an `nn.Embedding(sparse=True)`'s gradient),
+    which the fused kernel refuses; they take a tensor-by-tensor path.
     """
     if not tensors:
         return torch.zeros(0, dtype=torch.float32, device=device)
     with torch.no_grad():
-        if any(t.is_sparse for t in tensors):  # sparse embedding gradients: the slow path
+        if sparse:
             dense = [t.coalesce()._values() if t.is_sparse else t for t in tensors]
             return torch.stack([torch.linalg.vector_norm(t.float()).to(device) for t in dense])
         try:
@@ -65,7 +69,17 @@ def gradient_step(layers: LayerMap, device: torch.device) -> GradientStep | None
     indices, grads = with_grads(layers)
     if not grads:
         return None
-    return GradientStep(indices, norms_of(grads, device))
+    if not layers.sparse_grads:
+        # No look at every gradient's layout each step (an attribute read per tensor,
+        # every step): the fused kernel refuses a sparse one, and from then on the
+        # model is known to have some.
+        try:
+            return GradientStep(indices, norms_of(grads, device))
+        except RuntimeError:  # NotImplementedError for a sparse layout is one
+            if not any(g.is_sparse for g in grads):
+                raise
+            layers.sparse_grads = True
+    return GradientStep(indices, norms_of(grads, device, sparse=True))
 
 
 @dataclass

@@ -60,6 +60,7 @@ class LayerMap:
         self._order: list[int] = []
         self._handles: list[RemovableHandle] = []
         self.trainable = [p.requires_grad for p in self.params]
+        self.sparse_grads = False  # set once a sparse gradient is met (gradients.py)
 
     def learn_order(self, model: nn.Module) -> None:
         """Hooks every layer-owning module once; `order_learned()` removes them."""

@@ -42,7 +42,9 @@ class Row:
 
     def put(self, name: str, tensor: torch.Tensor) -> None:
         self.names.append(name)
-        self.chunks.append(tensor.detach().reshape(-1).float())
+        if tensor.requires_grad or tensor.dtype != torch.float32 or tensor.dim() != 1:
+            tensor = tensor.detach().reshape(-1).float()
+        self.chunks.append(tensor)  # the per-step norms are already so: three ops saved
 
     def replace(self, name: str, tensor: torch.Tensor) -> None:
         """Puts a chunk, dropping an earlier one of that name (a later backward of an
