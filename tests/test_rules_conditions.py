@@ -16,7 +16,7 @@ from trainsentry.rules.condition import SpanWindow
 from trainsentry.rules.loader import RuleFileError
 from trainsentry.rules.model import Growth, Span
 from trainsentry.rules.pattern import GrowthCondition
-from trainsentry.rules.window import AdjacentWindows
+from trainsentry.rules.window import BucketWindows
 
 # --- layer 1 ---
 
@@ -494,31 +494,62 @@ def test_a_span_window_keeps_exactly_the_points_a_deque_of_them_would(
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.sampled_from(["steps", "seconds", "points"]),
-    st.floats(min_value=1, max_value=40),
-    st.lists(st.tuples(st.floats(-5, 30), st.floats(-1e3, 1e3)), max_size=160),
+    st.sampled_from(["steps", "points"]),
+    st.integers(min_value=1, max_value=40),
+    st.lists(st.tuples(st.sampled_from([0, 1, 1, 1]), st.floats(-1e3, 1e3)), max_size=160),
 )
-def test_adjacent_windows_hold_what_two_span_windows_handing_over_held(
-    unit: str, amount: float, pushes: list[tuple[float, float]]
+def test_plateau_windows_up_to_255_steps_are_exact(
+    unit: str, amount: int, pushes: list[tuple[int, float]]
 ) -> None:
-    """The plateau's one pair of arrays against the two span windows it replaced (the
-    recent one pushing what it dropped into the older one): the same points and,
-    bit for bit, the same sums, so a plateau judges exactly as it did."""
+    """A bucket per step or point: the same points as the two span windows a plateau
+    kept before (the recent one pushing what it dropped into the older one), for a
+    loss logged at every step (repeats included)."""
     span = Span(amount, unit)
-    windows = AdjacentWindows(span)
+    windows = BucketWindows(span)
     recent, older = SpanWindow(span), SpanWindow(span)
-    position = 0.0
-    for gap, value in pushes:
+    position = 0
+    for index, (gap, value) in enumerate(pushes, start=1):
         position += gap
-        windows.push(position, value)
+        at = float(position if unit == "steps" else index)
+        windows.push(at, value)
         before = recent.items
-        recent.push(position, value)
+        recent.push(at, value)
         for p, v in before[: len(before) + 1 - len(recent)]:  # what fell out of recent
             older.push(p, v)
-        h = windows._split
-        assert list(zip(windows.positions[h:], windows.values[h:], strict=True)) == recent.items
-        f = windows._first
-        assert list(zip(windows.positions[f:h], windows.values[f:h], strict=True)) == older.items
-        assert (windows.recent_sum, windows.older_sum) == (recent.sum, older.sum)
-        assert (windows.recent_len, windows.older_len) == (len(recent), len(older))
-        assert windows.first_position == recent.first_position
+        assert (windows.recent_count, windows.older_count) == (len(recent), len(older))
+        assert windows.recent_mean() == pytest.approx(recent.mean(), rel=1e-9, nan_ok=True)
+        assert windows.older_mean() == pytest.approx(older.mean(), rel=1e-9, nan_ok=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["steps", "seconds", "points"]),
+    st.floats(min_value=1, max_value=5000),
+    st.lists(st.tuples(st.floats(-50, 400), st.floats(-1e3, 1e3)), max_size=200),
+)
+def test_plateau_windows_hold_the_buckets_their_definition_names(
+    unit: str, amount: float, pushes: list[tuple[float, float]]
+) -> None:
+    """Recomputed from every point pushed: a point's bucket is floor(position / width),
+    never before the previous point's (a clock set back); recent holds the points of
+    buckets within `reach` of the newest bucket, older those within `reach` more."""
+    windows = BucketWindows(Span(amount, unit))
+    width, reach = windows.width, windows.reach
+    if unit != "seconds":
+        assert width >= 1 and width == int(width) and width <= max(1, amount // 128)
+        assert amount % width == 0 or amount != int(amount)
+        assert amount - width <= reach * width <= amount * (1 + 1e-12)
+    seen: list[tuple[float, float]] = []  # (bucket, value)
+    position = 0.0
+    for index, (gap, value) in enumerate(pushes, start=1):
+        position += gap
+        at = position if unit != "points" else float(index)
+        windows.push(at, value)
+        key = max(math.floor(at / width), seen[-1][0] if seen else -math.inf)
+        seen.append((key, value))
+        newest = seen[-1][0]
+        want_recent = [v for k, v in seen if k > newest - reach]
+        want_older = [v for k, v in seen if newest - 2 * reach < k <= newest - reach]
+        assert (windows.recent_count, windows.older_count) == (len(want_recent), len(want_older))
+        assert windows.recent_sum == pytest.approx(math.fsum(want_recent), rel=1e-9, abs=1e-6)
+        assert windows.older_sum == pytest.approx(math.fsum(want_older), rel=1e-9, abs=1e-6)
