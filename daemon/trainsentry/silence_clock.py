@@ -71,51 +71,44 @@ class SilenceClock:
             # history (a backfill): nothing to judge, and no per-row cost
             self._runs[run] = [last, wall, mono, 0.0]
             return [(rows, 0.0)]
-        if len(rows) == 1:  # a live record: the loop below, for one live stamp
-            return self._one(run, rows, first, wall, mono)
+        if len(rows) == 1:  # a live record (its stamp is live: it passed the test above)
+            jump = self._observe(run, first, True, wall, mono)
+            return [((), jump), (rows, 0.0)] if jump else [(rows, 0.0)]
         parts: list[tuple[Sequence[Row], float]] = []
         start = 0
         previous = math.nan
-        seen = self._runs.get(run)
         for i, row in enumerate(rows):
             stamp = row[1]
             if stamp != stamp or stamp == previous:
                 continue  # no stamp to judge (NaN), or judged already
             previous = stamp
-            now_live = live(stamp)
-            if seen is None:
-                seen = self._runs[run] = [stamp, wall, mono, float(now_live)]
-                continue
-            # both stamps live when they arrived: a run that was silent before the
-            # daemon started had a real gap, not a step
-            if now_live and seen[3]:
-                jump = stamp - seen[0] - (mono - seen[2])
-                if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
-                    parts.append((rows[start:i], 0.0))
-                    parts.append(((), jump))
-                    start = i
-                    self._say(run, jump, mono - seen[2])
-            seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, float(now_live)
+            jump = self._observe(run, stamp, live(stamp), wall, mono)
+            if jump:
+                parts.append((rows[start:i], 0.0))
+                parts.append(((), jump))
+                start = i
         if not parts:
             return [(rows, 0.0)]
         parts.append((rows[start:], 0.0))
         return [p for p in parts if p[0] or p[1]]
 
-    def _one(
-        self, run: str, rows: Sequence[Row], stamp: float, wall: float, mono: float
-    ) -> list[tuple[Sequence[Row], float]]:
+    def _observe(self, run: str, stamp: float, now_live: bool, wall: float, mono: float) -> float:
+        """Note a record's stamp; the step it reveals (0.0: none)."""
         seen = self._runs.get(run)
         if seen is None:
-            self._runs[run] = [stamp, wall, mono, 1.0]
-            return [(rows, 0.0)]
-        out: list[tuple[Sequence[Row], float]] = [(rows, 0.0)]
-        if seen[3]:
-            jump = stamp - seen[0] - (mono - seen[2])
-            if jump > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
-                out.insert(0, ((), jump))
-                self._say(run, jump, mono - seen[2])
-        seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, 1.0
-        return out
+            self._runs[run] = [stamp, wall, mono, float(now_live)]
+            return 0.0
+        jump = 0.0
+        # both stamps live when they arrived: a run that was silent before the
+        # daemon started had a real gap, not a step
+        if now_live and seen[3]:
+            elapsed = mono - seen[2]
+            gap = stamp - seen[0] - elapsed
+            if gap > STEP_SECONDS or stamp - seen[0] < -STEP_SECONDS:
+                jump = gap
+                self._say(run, jump, elapsed)
+        seen[0], seen[1], seen[2], seen[3] = stamp, wall, mono, float(now_live)
+        return jump
 
     def now_of(self, run: str) -> float:
         """The wall time a run's silence is measured to, as if the clock had not stepped."""

@@ -82,7 +82,7 @@ class BucketWindows(Packed):
             self.reach = (amount if span.unit == "steps" else math.floor(amount)) / self.width
         self.keys = array("d")
         self.sums = array("d")
-        self.counts = array("d")
+        self.counts = array("q")
         self._first = 0  # older is [_first:_split] of the buckets, recent [_split:]
         self._split = 0
         self.recent_sum = self.older_sum = 0.0
@@ -114,19 +114,19 @@ class BucketWindows(Packed):
             return
         keys.append(key)
         sums.append(value)
-        counts.append(1.0)
+        counts.append(1)
         edge = key - self.reach  # buckets at or before it have left recent
         split, size = self._split, len(keys)
         while split < size and keys[split] <= edge:
             self.recent_sum -= sums[split]
-            self.recent_count -= int(counts[split])
+            self.recent_count -= counts[split]
             self.older_sum += sums[split]
-            self.older_count += int(counts[split])
+            self.older_count += counts[split]
             split += 1
         first, edge = self._first, edge - self.reach
         while first < split and keys[first] <= edge:
             self.older_sum -= sums[first]
-            self.older_count -= int(counts[first])
+            self.older_count -= counts[first]
             first += 1
         self._moves += split - self._split
         self._split, self._first = split, first
@@ -184,7 +184,7 @@ class PlateauCondition:
             full = first is not None and position - first >= 2 * self.spec.window.amount
         if not full or not older:
             return None
-        before, now = windows.older_sum / older, windows.recent_mean()
+        before, now = windows.older_mean(), windows.recent_mean()
         self.gain = sign * (before - now)
         return ACTIVE if self.gain <= 0 or self.gain < self._needed(before) else QUIET
 
