@@ -8,6 +8,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -306,7 +307,7 @@ def test_status_says_when_no_daemon_answers() -> None:
 
 def test_the_board_publishes_at_most_once_per_interval() -> None:
     now = [0.0]
-    board = SnapshotBoard(min_interval=1.0, clock=lambda: now[0])
+    board = SnapshotBoard(min_interval=1.0, clock=lambda: now[0], idle_interval=1.0)
     made: list[int] = []
 
     def capture() -> DaemonSnapshot:
@@ -376,3 +377,41 @@ def test_a_live_view_with_a_real_heartbeat_serves_healthz() -> None:
         heartbeat.beat()
         assert get(f"{server.url}/healthz")[0] == 200
         assert strict_json(get(f"{server.url}/api/runs")[2])["runs"][0]["run"] == "exp1/seed0"
+
+
+def test_the_board_publishes_unasked_only_every_idle_interval_and_at_once_when_asked() -> None:
+    """A reader wakes the loop and waits for the snapshot it asked for."""
+    now = [0.0]
+    board = SnapshotBoard(min_interval=1.0, clock=lambda: now[0], idle_interval=10.0, wait=5.0)
+    made: list[int] = []
+
+    def capture() -> DaemonSnapshot:
+        made.append(1)
+        return DaemonSnapshot(cycles=len(made))
+
+    assert board.refresh(capture)  # the first one
+    now[0] = 5.0
+    assert not board.refresh(capture)  # nobody asked: not even captured
+    woken = threading.Event()
+    board.on_ask = woken.set
+    got: list[DaemonSnapshot] = []
+    reader = threading.Thread(target=lambda: got.append(board.latest(fresh_within=1.0)))
+    reader.start()
+    assert woken.wait(5)  # the reader asked and woke the loop
+    assert board.refresh(capture)  # the loop's next cycle publishes for it
+    reader.join(5)
+    assert got and got[0].cycles == 2
+    now[0] = 5.5
+    assert board.latest(fresh_within=1.0).cycles == 2  # fresh enough: no ask
+    now[0] = 14.0
+    assert not board.refresh(capture)
+    now[0] = 15.0
+    assert board.refresh(capture) and len(made) == 3  # idle_interval since the last
+
+
+def test_a_reader_of_a_stuck_loop_gets_the_old_snapshot_after_its_wait() -> None:
+    now = [0.0]
+    board = SnapshotBoard(clock=lambda: now[0], wait=0.05)
+    board.publish(DaemonSnapshot(cycles=7))
+    now[0] = 60.0  # a minute without a cycle
+    assert board.latest(fresh_within=1.0).cycles == 7

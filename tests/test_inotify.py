@@ -47,6 +47,28 @@ def test_an_append_anywhere_in_the_tree_is_reported_by_path(
     assert not tree.wait(0.05)  # the read took everything queued
 
 
+def test_writes_are_not_relinks_but_a_rename_over_a_file_and_a_delete_are(
+    tmp_path: Path, tree: InotifyTree
+) -> None:
+    """A path named only by writes still names the file a tail has open (runtime.py)."""
+    log = tmp_path / "run" / "m.jsonl"
+    append(log)
+    tree.add_tree(str(tmp_path))
+    append(log)
+    append(log)
+    got = changes(tree)
+    assert got.files == {str(log)} and not got.relinked
+    fresh = tmp_path / "run" / "m.jsonl.tmp"
+    fresh.write_text("y\n")
+    os.replace(fresh, log)  # a writer that rewrites its log whole
+    got = changes(tree)
+    assert str(log) in got.relinked
+    log.unlink()
+    assert str(log) in changes(tree).relinked
+    (tmp_path / "run").rename(tmp_path / "moved")
+    assert {str(tmp_path / "run"), str(tmp_path / "moved")} <= changes(tree).relinked
+
+
 def test_directories_made_after_the_watch_are_watched_before_they_are_listed(
     tmp_path: Path, tree: InotifyTree
 ) -> None:
@@ -162,3 +184,26 @@ def test_a_root_deleted_and_made_again_is_watched_again(tmp_path: Path) -> None:
     assert sorted((p.run, p.step) for p in got) == [("a", 0), ("a", 1)] + [
         ("b", s) for s in range(4)
     ]
+
+
+def test_a_file_replaced_by_a_rename_is_read_anew_without_waiting_for_a_sweep(
+    tmp_path: Path,
+) -> None:
+    """Appends are read through the open handle alone; a rename over the path must
+    make the daemon look at the path again, at once, not at the next sweep (30 s)."""
+    log = tmp_path / "logs" / "exp" / "metrics.jsonl"
+    write_points(log, range(3))
+    with following(tmp_path / "logs", tmp_path / "state") as (daemon, got):
+        read_until(daemon, got, 3)
+        write_points(log, range(3, 5))
+        read_until(daemon, got, 5)
+        assert [p.step for p in got] == [0, 1, 2, 3, 4]
+        fresh = log.with_name("metrics.jsonl.new")
+        write_points(fresh, range(100, 102))
+        os.replace(fresh, log)
+        read_until(daemon, got, 7)
+        assert [p.step for p in got[5:]] == [100, 101]
+        write_points(log, range(102, 103))
+        read_until(daemon, got, 8)
+        assert [p.step for p in got[7:]] == [102]
+        assert daemon.sweep_interval() == runtime.SAFETY_SWEEP_SECONDS

@@ -51,6 +51,8 @@ _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
 _READ_BYTES = 1 << 16
 # events that are not a plain change of a file in a watched directory
 _NOT_A_FILE_CHANGE = IN_ISDIR | IN_IGNORED | IN_Q_OVERFLOW
+# events after which the path may name another file than before (Changes.relinked)
+_RELINKS = IN_CREATE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE | IN_ATTRIB
 _NAMED_MAX = 1 << 16
 
 
@@ -73,12 +75,16 @@ def _check(result: int, what: str) -> int:
 class Changes:
     """Paths changed since the last read; `overflow`: the kernel dropped events."""
 
-    __slots__ = ("dirs", "files", "overflow")
+    __slots__ = ("dirs", "files", "overflow", "relinked")
 
     def __init__(self) -> None:
         self.files: set[str] = set()
         self.dirs: set[str] = set()
         self.overflow = False
+        # files named by more than a write (created, moved, deleted, chmod), and
+        # directories moved or deleted: the file at such a path (or below such a
+        # directory) may no longer be the one a tail has open (runtime.py)
+        self.relinked: set[str] = set()
 
 
 class InotifyTree:
@@ -194,7 +200,7 @@ class InotifyTree:
 
     def _parse(self, data: bytes, into: Changes) -> None:
         unpack, size, paths = _HEADER.unpack_from, _HEADER.size, self._paths
-        files, dirs = into.files, into.dirs
+        files, dirs, relinked = into.files, into.dirs, into.relinked
         offset, end = 0, len(data)
         named = self._named
         while offset + size <= end:
@@ -205,6 +211,8 @@ class InotifyTree:
                 path = named.get((wd, raw))
                 if path is not None:  # a file seen before in a watched directory
                     files.add(path)
+                    if mask & _RELINKS:
+                        relinked.add(path)
                     continue
             name = raw.rstrip(b"\0")
             if mask & IN_Q_OVERFLOW:
@@ -222,6 +230,8 @@ class InotifyTree:
             path = os.path.join(base, os.fsdecode(name)) if name else base
             if not mask & IN_ISDIR:
                 files.add(path)
+                if mask & _RELINKS:
+                    relinked.add(path)
                 if name and not mask & _NOT_A_FILE_CHANGE:
                     if len(named) >= _NAMED_MAX:
                         named.clear()
@@ -229,6 +239,8 @@ class InotifyTree:
                 continue
             named.clear()  # a directory created, moved or gone: watches may have moved
             dirs.add(path)
+            if mask & (IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE):
+                relinked.add(path)  # the files below it moved with it
             if os.path.basename(path) in SKIPPED_DIRS:
                 continue
             if mask & IN_MOVED_FROM:

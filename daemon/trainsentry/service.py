@@ -112,6 +112,7 @@ class Service:
         self.daemon.on_progress = self.heartbeat.beat
         self.daemon.on_backfill = BackfillReporter()
         self.board = SnapshotBoard()
+        self.board.on_ask = self.daemon.wake  # a reader's wait ends with the next cycle
         self.http: ApiServer | None = None
         self._reload_requested = False
         self._next_tick = 0.0

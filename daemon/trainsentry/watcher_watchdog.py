@@ -94,6 +94,8 @@ class WatchdogWatcher(Watcher):
         with self._lock:
             changes = self._changes
             (changes.dirs if is_dir else changes.files).update(paths)
+            if not is_dir:  # which events named them is not kept: check every path
+                changes.relinked.update(paths)
         self._wakeup.set()
 
     def wait(self, timeout: float) -> bool:

@@ -110,9 +110,18 @@ class FileTail:
     def relearning(self) -> bool:
         return self._replay_until is not None
 
-    def read(self, budget: int = 64 << 20) -> TailRead:
-        """Read what was appended since the last call, up to about `budget` bytes."""
+    def read(self, budget: int = 64 << 20, *, same_file: bool = False) -> TailRead:
+        """Read what was appended since the last call, up to about `budget` bytes.
+
+        `same_file`: the caller knows the path still names the file open here
+        (no directory event named it since the last read), so the handle is
+        read without a stat of the path: on a live fleet that stat, a path
+        lookup per read, was a tenth of the daemon's syscall time.
+        """
         out = TailRead(self.log.run)
+        if same_file and self._fd is not None:
+            self._drain(out, budget)
+            return out
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
