@@ -200,8 +200,10 @@ def test_a_series_no_rule_reads_keeps_a_short_window_and_the_judged_one_its_full
     judged, side = store.get("r", "train/loss"), store.get("r", "my/custom_counter")
     assert judged is not None and side is not None
     assert len(judged.recent()) == 500 and len(side.recent()) == SIDE_RECENT
-    for series in (judged, side):  # nothing lost: what left the window is in history
-        assert len(series.recent()) + sum(b.count for b in series.history()) == 1000
+    # what left the judged window is in its history; the side one's is only counted
+    assert len(judged.recent()) + sum(b.count for b in judged.history()) == 1000
+    assert side.history() == [] and side.count == 1000
+    assert [p.step for p in side.recent()] == list(range(1000 - SIDE_RECENT, 1000))
 
 
 def folded_one_by_one(
