@@ -351,7 +351,7 @@ class Daemon:
             if not top.exists():
                 continue
             errors: list[OSError] = []
-            found_files, dirs = root.walk(top, errors)
+            found_files, dirs = root.walk(top, errors, self._tails)
             if self.access.walked(str(top), errors):
                 self._watcher.rewatch(root.top)
             walked += dirs

@@ -10,7 +10,7 @@ with their name as a tag prefix, so `validation/epoch_loss` sits beside
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +99,10 @@ class Root:
         return self.walk(top)[0]
 
     def walk(
-        self, top: Path | None = None, errors: list[OSError] | None = None
+        self,
+        top: Path | None = None,
+        errors: list[OSError] | None = None,
+        known: Container[str] = (),
     ) -> tuple[list[LogFile], int]:
         """The log files under `top` in sorted order, and how many directories were walked.
 
@@ -109,7 +112,9 @@ class Root:
         watch covers (less .git and our control directory), so the count tells
         the daemon whether the kernel's watch limit left some unwatched.
         A directory that cannot be listed is skipped and, given `errors`, its
-        error appended there.
+        error appended there. Files whose path is in `known` (followed already)
+        are left out unnamed: a sweep re-walks every run every 30 s, and naming a
+        file (its run, its prefix) was half the walk.
         """
         top = top or self.top
         if top.is_file():
@@ -124,6 +129,8 @@ class Root:
             dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
             base = Path(dirpath)
             for name in sorted(filenames):
+                if known and os.path.join(dirpath, name) in known:
+                    continue
                 found = self.describe(base / name)
                 if found is not None:
                     out.append(found)
