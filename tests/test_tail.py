@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from trainsentry.sources.discover import Root
 from trainsentry.sources.tail import FileTail
@@ -21,32 +24,39 @@ def tail_of(path: Path, checkpoint=None, relearn_from=None) -> FileTail:
     return FileTail(log, checkpoint, relearn_from=relearn_from)
 
 
-def steps(tail: FileTail) -> list[int]:
-    got = tail.read()
+def steps(tail: FileTail, same_file: bool = False) -> list[int]:
+    got = tail.read(same_file=same_file)
     return [p.step for p in got.points]
 
 
-def test_appended_points_are_read_once(tmp_path: Path) -> None:
+# What a file that only changed in place reads as, whether the daemon stats its path
+# first or reads through the handle alone (no directory event named the path).
+through_the_handle = pytest.mark.parametrize("same_file", [False, True], ids=["stat", "handle"])
+
+
+@through_the_handle
+def test_appended_points_are_read_once(tmp_path: Path, same_file: bool) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(line(0, 1.0) + line(1, 0.9))
     tail = tail_of(path)
-    assert steps(tail) == [0, 1]
-    assert steps(tail) == []
+    assert steps(tail, same_file) == [0, 1]
+    assert steps(tail, same_file) == []
     with path.open("ab") as f:
         f.write(line(2, 0.8))
-    assert steps(tail) == [2]
+    assert steps(tail, same_file) == [2]
 
 
-def test_partial_line_is_read_once_complete(tmp_path: Path) -> None:
+@through_the_handle
+def test_partial_line_is_read_once_complete(tmp_path: Path, same_file: bool) -> None:
     path = tmp_path / "metrics.jsonl"
     whole = line(5, 0.5)
     path.write_bytes(line(4, 0.6) + whole[:7])
     tail = tail_of(path)
-    assert steps(tail) == [4]
-    assert steps(tail) == []
+    assert steps(tail, same_file) == [4]
+    assert steps(tail, same_file) == []
     with path.open("ab") as f:
         f.write(whole[7:])
-    assert steps(tail) == [5]
+    assert steps(tail, same_file) == [5]
 
 
 def test_points_carry_run_and_keras_split_prefix(tmp_path: Path) -> None:
@@ -58,26 +68,30 @@ def test_points_carry_run_and_keras_split_prefix(tmp_path: Path) -> None:
     assert [(p.run, p.tag) for p in got.points] == [("exp1", "validation/loss")]
 
 
-def test_copytruncate_starts_over_from_the_top(tmp_path: Path) -> None:
+@through_the_handle
+def test_copytruncate_starts_over_from_the_top(tmp_path: Path, same_file: bool) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(line(0, 1.0) + line(1, 0.9))
     tail = tail_of(path)
-    assert steps(tail) == [0, 1]
+    assert steps(tail, same_file) == [0, 1]
     with path.open("r+b") as f:
         f.truncate(0)
-    assert steps(tail) == []
+    assert steps(tail, same_file) == []
     with path.open("ab") as f:
         f.write(line(2, 0.8))
-    assert steps(tail) == [2]
+    assert steps(tail, same_file) == [2]
 
 
-def test_file_rewritten_in_place_with_other_content_is_read_again(tmp_path: Path) -> None:
+@through_the_handle
+def test_file_rewritten_in_place_with_other_content_is_read_again(
+    tmp_path: Path, same_file: bool
+) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(line(0, 1.0))
     tail = tail_of(path)
-    assert steps(tail) == [0]
+    assert steps(tail, same_file) == [0]
     path.write_bytes(line(7, 3.0) + line(8, 2.0))  # same inode, longer, other bytes
-    assert steps(tail) == [7, 8]
+    assert steps(tail, same_file) == [7, 8]
 
 
 def test_rotation_drains_the_old_file_then_follows_the_new(tmp_path: Path) -> None:
@@ -149,11 +163,16 @@ def test_budget_splits_a_large_backlog(tmp_path: Path) -> None:
     assert seen == list(range(50_000))
 
 
-def test_line_longer_than_a_read_chunk_is_read_whole(tmp_path: Path) -> None:
+@through_the_handle
+def test_line_longer_than_a_read_chunk_is_read_whole(tmp_path: Path, same_file: bool) -> None:
     path = tmp_path / "metrics.jsonl"
     big = {"step": 1, "loss": 0.5, "note": "x" * (10 << 20)}
-    path.write_bytes(line(0, 1.0) + (json.dumps(big) + "\n").encode() + line(2, 0.3))
-    assert steps(tail_of(path)) == [0, 1, 2]
+    path.write_bytes(line(0, 1.0))
+    tail = tail_of(path)
+    assert steps(tail, same_file) == [0]
+    with path.open("ab") as f:  # appended while followed: more than a read of an append
+        f.write((json.dumps(big) + "\n").encode() + line(2, 0.3))
+    assert steps(tail, same_file) == [1, 2]
 
 
 def test_relearning_reads_again_from_an_earlier_position_then_delivers_the_rest(
@@ -214,3 +233,27 @@ def test_a_file_rewritten_since_its_checkpoint_relearns_nothing_and_delivers_ane
     assert got.replayed == []  # none of it was told before: nothing passes as relearned
     assert 7 in [p.step for p in got.points]
     assert not again.relearning
+
+
+def test_an_append_read_through_the_handle_needs_no_stat_and_is_stamped_when_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines without a time get the file's mtime, or (read live) the time they were read."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"".join(line(i, 1.0) for i in range(3)))  # a head to fingerprint
+    os.utime(path, (1_000_000.0, 1_000_000.0))
+    tail = tail_of(path)
+    assert [p.wall_time for p in tail.read().points] == [1_000_000.0] * 3
+    with path.open("ab") as f:
+        f.write(line(3, 0.9))
+    os.utime(path, (1_000_000.0, 1_000_000.0))
+
+    def no_stat(*args: object, **kwargs: object) -> os.stat_result:
+        raise AssertionError("the path was looked up")
+
+    before = time.time()
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "stat", no_stat)
+        patched.setattr(os, "fstat", no_stat)
+        got = tail.read(same_file=True).points
+    assert [p.step for p in got] == [3] and before <= got[0].wall_time <= time.time()

@@ -41,6 +41,7 @@ class TailMachine(RuleBasedStateMachine):
         self.old_unread: list[int] = []  # lines it can still drain from a rotated file
         self.expected: list[int] = []
         self.delivered: list[int] = []
+        self.relinked = False  # renamed or deleted since the last read: a directory event
 
     def _new_tail(self, checkpoint: object) -> FileTail:
         log = Root.watched(self.dir).describe(self.path)
@@ -86,6 +87,7 @@ class TailMachine(RuleBasedStateMachine):
         self._file_replaced()
 
     def _file_replaced(self) -> None:
+        self.relinked = True
         if self.cur_open:
             self.old_unread += self.cur[self.read_upto :]
         self.cur, self.read_upto, self.cur_open, self.partial = [], 0, False, None
@@ -106,7 +108,17 @@ class TailMachine(RuleBasedStateMachine):
 
     @rule()
     def read(self) -> None:
-        got = self.tail.read()
+        self._read(same_file=False)
+
+    @rule()
+    def read_after_writes_alone(self) -> None:
+        """As the daemon reads a file no directory event named (truncation is none)."""
+        if not self.relinked:
+            self._read(same_file=True)
+
+    def _read(self, *, same_file: bool) -> None:
+        got = self.tail.read(same_file=same_file)
+        self.relinked = False
         assert not got.more
         self.delivered += [p.step for p in got.points]
         self.expected += self.old_unread + self.cur[self.read_upto :]

@@ -63,7 +63,8 @@ class Decoder(Protocol):
 
         `at_eof` is true when `data` runs to the current end of the file; a
         decoder may still leave a trailing incomplete record unconsumed.
-        `file_time` is the file's mtime, the fallback wall time for formats
+        `file_time` is the file's mtime (for an append read live, the time of
+        reading: FileTail._read_appended), the fallback wall time for formats
         whose records may lack one.
         """
         ...

@@ -22,10 +22,11 @@ windows, and nobody is told twice.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from trainsentry.point import Point, Row, points_of
-from trainsentry.sources.base import Decoder
+from trainsentry.sources.base import Decoded, Decoder
 from trainsentry.sources.discover import LogFile
 from trainsentry.sources.formats import new_decoder
 from trainsentry.state import Checkpoint
@@ -34,6 +35,9 @@ _new = tuple.__new__
 FINGERPRINT_BYTES = 64
 READ_CHUNK = 4 << 20
 MAX_RECORD = 256 << 20
+# What one read of a live append asks for: far more than a second of a job's log,
+# and under the allocator's mmap threshold (pread allocates what it asks for).
+APPEND_CHUNK = 64 << 10
 
 
 @dataclass(slots=True)
@@ -90,6 +94,7 @@ class FileTail:
         self._behind = b""  # the bytes just before the offset
         self._offset = 0
         self._seen: tuple[int, int] = (-1, -1)
+        self._caught_up = False  # the last read reached the end of the file
         self._prefixed: dict[tuple[str, ...], tuple[str, ...]] = {}  # a shape's tags, prefixed
         self._decoder: Decoder = new_decoder(log.kind)
         self._resume = checkpoint
@@ -114,42 +119,46 @@ class FileTail:
         """Read what was appended since the last call, up to about `budget` bytes.
 
         `same_file`: the caller knows the path still names the file open here
-        (no directory event named it since the last read), so the handle is
-        read without a stat of the path: on a live fleet that stat, a path
-        lookup per read, was a tenth of the daemon's syscall time.
+        (no directory event named it since the last read), so an append is
+        read by one pread and no stat (`_read_appended`): on a live fleet the
+        stats, a path lookup per read, were a tenth of the daemon's syscalls.
         """
         out = TailRead(self.log.run)
-        if same_file and self._fd is not None:
-            self._drain(out, budget)
+        if same_file and self._caught_up and self._read_appended(out):
             return out
+        self._read_path(out, budget)
+        self._caught_up = not out.more
+        return out
+
+    def _read_path(self, out: TailRead, budget: int) -> None:
+        """The general read: the path's stat first, for a file renamed, replaced or gone."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             st = None
         except OSError as exc:
             out.unreadable = f"cannot stat: {exc.strerror or exc}"
-            return out
+            return
         if self._fd is not None and (
             st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)
         ):
             # Renamed away or deleted: finish the old file through our handle first.
             self._drain(out, budget)
             if out.more:
-                return out
+                return
             self._close()
             if st is None:
                 out.gone = True
-                return out
+                return
             self._reset(rewritten=False)
         if st is None:
             out.gone = True
-            return out
+            return
         if self._fd is None:
             if not self._open(out):
-                return out
+                return
             st = None  # stat again through the handle: the file opened may be a newer one
         self._drain(out, budget, st)
-        return out
 
     def checkpoint(self) -> Checkpoint:
         """Where delivery stands: while relearning, still where the last process left it."""
@@ -262,7 +271,6 @@ class FileTail:
             out.unreadable = f"cannot read: {exc.strerror or exc}"
             return
         size, mtime = st.st_size, st.st_mtime
-        prefix = self.log.tag_prefix
         chunk = READ_CHUNK
         spent = 0
         while self._offset < size:
@@ -287,15 +295,7 @@ class FileTail:
             if not data:
                 return  # shrank under us; the next read notices the truncation
             at_eof = self._offset + len(data) >= size
-            decoded = self._decoder.feed(data, at_eof=at_eof, file_time=mtime)
-            for err in decoded.errors:
-                self.skipped_records += 1
-                out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
-            target = out.rows if self._replay_until is None else out.replayed_rows
-            if prefix:
-                target.extend(self._prefix(decoded.rows, prefix))
-            else:
-                target.extend(decoded.rows)
+            decoded = self._decode(out, data, at_eof, mtime)
             spent += len(data)
             if decoded.consumed == 0:
                 if self._replay_until is not None and self._offset + len(data) >= end:
@@ -307,9 +307,6 @@ class FileTail:
                     return  # an incomplete record: wait for the writer
                 chunk *= 2  # one record longer than a chunk: read more at once
                 continue
-            self._offset += decoded.consumed
-            last = data[max(0, decoded.consumed - FINGERPRINT_BYTES) : decoded.consumed]
-            self._behind = (self._behind + last)[-FINGERPRINT_BYTES:]
             chunk = READ_CHUNK
             if self._replay_until is not None and self._offset >= self._replay_until:
                 # Relearned: new points come in the next read, so the daemon can let
@@ -317,6 +314,60 @@ class FileTail:
                 self._committed = self._replay_until = None
                 out.more = self._offset < size
                 return
+
+    def _decode(self, out: TailRead, data: bytes, at_eof: bool, file_time: float) -> Decoded:
+        """Decode bytes read at the offset into `out`; move past the records they held."""
+        decoded = self._decoder.feed(data, at_eof=at_eof, file_time=file_time)
+        for err in decoded.errors:
+            self.skipped_records += 1
+            out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
+        target = out.rows if self._replay_until is None else out.replayed_rows
+        prefix = self.log.tag_prefix
+        if prefix:
+            target.extend(self._prefix(decoded.rows, prefix))
+        else:
+            target.extend(decoded.rows)
+        consumed = decoded.consumed
+        if consumed:
+            self._offset += consumed
+            last = data[max(0, consumed - FINGERPRINT_BYTES) : consumed]
+            self._behind = (self._behind + last)[-FINGERPRINT_BYTES:]
+        return decoded
+
+    def _read_appended(self, out: TailRead) -> bool:
+        """Read what was appended since the last read, by one pread and no stat; False
+        (nothing taken) when this read needs the general path.
+
+        A live file is read after every write (a record a second, for each of
+        a fleet's files): one pread from just before the offset returns the
+        bytes behind it, compared to tell an append from a rewrite (as
+        `_check_rewritten` does), and what follows, short of APPEND_CHUNK at
+        the end of the file. No fstat, so the records' fallback stamp (formats
+        without a time, `file_time`) is the time of reading rather than the
+        mtime: the previous read found the end of the file, so these bytes were
+        written since, and the mtime is only the last write's time either way.
+        Anything else goes the general way: a file that shrank or was rewritten,
+        more than a chunk appended, a short head, a relearn.
+        """
+        fd, back = self._fd, len(self._behind)
+        if (
+            fd is None
+            or not back
+            or self._replay_until is not None
+            or len(self._fingerprint) < FINGERPRINT_BYTES
+        ):
+            return False
+        try:
+            data = os.pread(fd, back + APPEND_CHUNK, self._offset - back)
+        except OSError:
+            return False  # the general path says why
+        n = len(data)
+        if n < back or n == back + APPEND_CHUNK or data[:back] != self._behind:
+            return False
+        self._seen = (-1, -1)  # what the general path last saw of the file has changed
+        if n > back:
+            self._decode(out, data[back:], True, time.time())
+        return True
 
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
         """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""
