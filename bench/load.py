@@ -235,7 +235,7 @@ def main() -> None:
                       f"{time.monotonic() - began:.0f} s")  # fmt: skip
             time.sleep(warmup)
             assert gen.pid is not None
-            p0, t0 = points_read(port), time.monotonic()
+            p0, t0, t0_wall = points_read(port), time.monotonic(), time.time()
             c0, g0 = cpu_seconds(daemon.pid), cpu_seconds(gen.pid)
             rss_start = rss_mb(daemon.pid)
             rss_peak = rss_start
@@ -296,6 +296,11 @@ def main() -> None:
             f"p50 {statistics.median(lags):.3f} s, p95 {percentile(lags, 0.95):.3f} s, "
             f"p99 {percentile(lags, 0.99):.3f} s, max {lags[-1]:.3f} s (target p99 < 2 s)"
         )
+        slow = sorted(
+            ((tail.seen[r] - t, t - t0_wall) for r, t in written.items() if r in tail.seen),
+            reverse=True,
+        )[:3]
+        print("  slowest: " + ", ".join(f"{lag:.2f} s at +{at:.0f} s" for lag, at in slow))
     else:
         print("NaN write -> alert: no alert seen")
     # a warning (a watch limit, a fallback to polling) changes what was measured

@@ -484,6 +484,7 @@ class Daemon:
         for k in keys:
             self._tails.pop(k).close()
             self._unsaved.pop(k, None)
+            self._relinked.discard(k)
             self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainsentry_probe.layers import LayerMap, with_grads
+from trainsentry_probe.layers import LayerMap, weights, with_grads
 
 
 def norms_of(
@@ -118,11 +118,12 @@ def snapshot(layers: LayerMap, sample: int) -> Snapshot | None:
     thresholds orders of magnitude apart. So tensors over `sample` elements
     (0: none) are sampled, smaller ones copied whole.
     """
+    params = weights(layers)
     indices = [i for i, p in enumerate(layers.params) if p.requires_grad]
     if not indices:
         return None
-    strides = [sample_stride(layers.params[i], sample) for i in indices]
-    views = [_view(layers.params[i], k) for i, k in zip(indices, strides, strict=True)]
+    strides = [sample_stride(params[i], sample) for i in indices]
+    views = [_view(params[i], k) for i, k in zip(indices, strides, strict=True)]
     return Snapshot(indices, list(torch._foreach_mul(views, 1.0)), strides)
 
 
@@ -133,7 +134,8 @@ def update_norms(layers: LayerMap, snap: Snapshot, device: torch.device) -> torc
     (a bias initialised to zero) can be left out instead of dividing by zero.
     """
     before_norms = norms_of(snap.before, device)
-    after = [_view(layers.params[i], k) for i, k in zip(snap.indices, snap.strides, strict=True)]
+    params = weights(layers)
+    after = [_view(params[i], k) for i, k in zip(snap.indices, snap.strides, strict=True)]
     torch._foreach_sub_(snap.before, after)  # the copy becomes -Δw; the weights are untouched
     delta_norms = norms_of(snap.before, device)
     snap.before.clear()
@@ -142,4 +144,4 @@ def update_norms(layers: LayerMap, snap: Snapshot, device: torch.device) -> torc
 
 def param_norms(layers: LayerMap, device: torch.device) -> torch.Tensor:
     """The norm of every parameter (frozen ones too: a frozen layer's size is still news)."""
-    return norms_of(list(layers.params), device)
+    return norms_of(weights(layers), device)

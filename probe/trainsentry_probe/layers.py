@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from trainsentry_probe.attach import eager
+from trainsentry_probe.sharded import local
 
 
 class LayerMap:
@@ -61,6 +62,7 @@ class LayerMap:
         self._handles: list[RemovableHandle] = []
         self.trainable = [p.requires_grad for p in self.params]
         self.sparse_grads = False  # set once a sparse gradient is met (gradients.py)
+        self.sharded = False  # DTensor parameters: norms of the local shards (sharded.py)
 
     def learn_order(self, model: nn.Module) -> None:
         """Hooks every layer-owning module once; `order_learned()` removes them."""
@@ -125,4 +127,13 @@ def with_grads(layers: LayerMap) -> tuple[list[int], list[torch.Tensor]]:
         if grad is not None:
             indices.append(i)
             grads.append(grad)  # read under no_grad (gradients.norms_of): no detach
+    if layers.sharded:
+        grads = [local(g) for g in grads]
     return indices, grads
+
+
+def weights(layers: LayerMap) -> list[torch.Tensor]:
+    """The parameters as the norms read them: a sharded model's by their local shards."""
+    if layers.sharded:
+        return [local(p) for p in layers.params]
+    return list(layers.params)

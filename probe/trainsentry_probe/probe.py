@@ -62,6 +62,7 @@ from trainsentry_probe.losses import as_value, loss_of, spread
 from trainsentry_probe.meta import meta_record, new_run_id, rank_and_world_size
 from trainsentry_probe.options import ProbeOptions, due
 from trainsentry_probe.records import RecordRenderer
+from trainsentry_probe.sharded import ShardSum, is_sharded
 from trainsentry_probe.steps import Steps
 from trainsentry_probe.stopfile import (
     StopRequest,
@@ -71,7 +72,7 @@ from trainsentry_probe.stopfile import (
     stop_file_path,
 )
 from trainsentry_probe.transfer import Transfer
-from trainsentry_probe.writer import RecordWriter
+from trainsentry_probe.writer import NullWriter, RecordWriter
 
 log = logging.getLogger("trainsentry_probe")
 
@@ -89,7 +90,14 @@ class Probe:
         self.options = options
         self.logdir = Path(logdir)
         self.rank, self.world_size = rank_and_world_size()
-        self.recording = options.all_ranks or self.rank == 0
+        dist = torch.distributed
+        distributed = dist.is_available() and dist.is_initialized()
+        inner = unwrap_model(model)  # names and inner hooks; the step hooks sit on `model`
+        # A sharded model's norms need every rank's shards (sharded.py): every rank
+        # takes them, the ones that do not record write nothing.
+        sharded = distributed and is_sharded(inner)
+        self.writes = options.all_ranks or self.rank == 0
+        self.recording = self.writes or sharded  # takes statistics on this rank
         self.failed: BaseException | None = None
         self.closed = False
         stop_path = stop_file_path(self.logdir, options.control_dir, options.stop_file)
@@ -101,10 +109,10 @@ class Probe:
             return
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
-        inner = unwrap_model(model)  # names and inner hooks; the step hooks sit on `model`
         first = next(inner.parameters(), None)
         self.device = first.device if first is not None else torch.device("cpu")
         self.layers = LayerMap(inner)
+        self.layers.sharded = sharded
         self.sampler = (
             ActivationSampler(inner) if options.activations and options.sample_every else None
         )
@@ -122,12 +130,12 @@ class Probe:
             options=options.as_dict(),
             layers=list(self.layers.names),
         )
-        self._writer = RecordWriter(
-            self.path, meta, RecordRenderer(self.layers, self._prefix).render
+        self._writer: RecordWriter | NullWriter = (
+            RecordWriter(self.path, meta, RecordRenderer(self.layers, self._prefix).render)
+            if self.writes
+            else NullWriter()
         )
         self.amp = ScalerWatch(options.grad_scaler)
-        dist = torch.distributed
-        distributed = dist.is_available() and dist.is_initialized()
         # DDP writes the averaged gradients in an end-of-backward callback of its own
         self._backward_end = self._requeue if distributed else self._on_backward_end
         self.steps = Steps(
@@ -149,8 +157,35 @@ class Probe:
                 self.optimizer.register_step_pre_hook(self._on_step_pre),
                 self.optimizer.register_step_post_hook(self._on_step_post),
             ]
+        self._shards: ShardSum | None = None
+        self._shards_handle: RemovableHandle | None = None
+        if sharded:
+            self._sum_shards_on_every_rank()
         self._nvml = NvmlSampler.start_for(self.device, options.gpu_sample_seconds, self._emit_gpu)
         atexit.register(self.close)
+
+    def _sum_shards_on_every_rank(self) -> None:
+        """The all-reduce of the shards' norms, at a hook of its own that outlives a
+        failure of the others: it is registered after them (it reads the row they
+        close) and removed only at close."""
+        if self.optimizer is None:
+            self._fail(
+                RuntimeError(
+                    "a sharded model's norms are summed at the optimizer's step: "
+                    "call trainsentry_probe.watch(model, optimizer, logdir) on every rank"
+                )
+            )
+            return
+        trainable = sum(1 for p in self.layers.params if p.requires_grad)
+        self._shards = ShardSum(len(self.layers.params), trainable, self.options)
+        self._shards_handle = self.optimizer.register_step_post_hook(self._after_step_sums)
+
+    def _after_step_sums(self, *_: Any) -> None:
+        shards = self._shards
+        if shards is None or self.closed:
+            return
+        failed = self.failed is not None
+        shards.after_step(None if failed else self.steps.last, failed)
 
     @property
     def step(self) -> int:
@@ -367,6 +402,8 @@ class Probe:
         if not self.recording:
             return
         self._remove_hooks()
+        if self._shards_handle is not None:
+            self._shards_handle.remove()
         try:
             if self._nvml is not None:
                 self._nvml.stop()

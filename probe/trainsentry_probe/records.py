@@ -20,6 +20,7 @@ from typing import Any
 
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.losses import spread_fields
+from trainsentry_probe.sharded import on_host
 from trainsentry_probe.transfer import Row
 
 RECORD_FORMAT = "trainsentry-probe"
@@ -57,6 +58,8 @@ class RecordRenderer:
 
     def render(self, row: Row, values: dict[str, list[float]]) -> dict[str, Any]:
         p = self.prefix
+        if self.layers.sharded:
+            values = on_host(row, values)
         record: dict[str, Any] = {"step": row.step, "time": row.time}
         for key in _HOST_KEYS:
             if key in row.host:

@@ -26,7 +26,7 @@ from trainsentry_probe.gpu import cuda_memory
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.options import ProbeOptions, due
 from trainsentry_probe.transfer import Row, Transfer
-from trainsentry_probe.writer import RecordWriter
+from trainsentry_probe.writer import NullWriter, RecordWriter
 
 
 class Steps:
@@ -39,7 +39,7 @@ class Steps:
         sampler: ActivationSampler | None,
         amp: ScalerWatch,
         transfer: Transfer,
-        writer: RecordWriter,
+        writer: RecordWriter | NullWriter,
         device: torch.device,
     ) -> None:
         self.options = options
