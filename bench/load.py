@@ -233,6 +233,13 @@ def main() -> None:
                         pass  # the API is not up yet
                 print(f"prefill: {history:,} points of history read in "
                       f"{time.monotonic() - began:.0f} s")  # fmt: skip
+            began = time.monotonic()
+            while time.monotonic() - began < 60:  # the daemon's API up (a busy box starts slowly)
+                try:
+                    points_read(port)
+                    break
+                except OSError:
+                    time.sleep(0.5)
             time.sleep(warmup)
             assert gen.pid is not None
             p0, t0, t0_wall = points_read(port), time.monotonic(), time.time()

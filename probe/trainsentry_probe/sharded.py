@@ -74,6 +74,7 @@ class ShardSum:
         # the vector lives where the process group's backend takes it: NCCL, on the GPU
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
         self.device = self.device or torch.device("cpu")
+        self._where: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     def layout(self, step: int) -> tuple[bool, bool, bool]:
         """Which blocks a step's vector holds: the same on every rank, from the count."""
@@ -127,7 +128,7 @@ class ShardSum:
             has = torch.zeros(n, device=device)
             norms = chunks.get("grad_params")
             if norms is not None:
-                where = torch.tensor(row.host["grad_indices"], device=device)
+                where = self._where_of(row.host["grad_indices"])
                 squares[where] = norms.to(device) ** 2
                 has[where] = 1.0
             blocks += [squares, has]
@@ -139,6 +140,15 @@ class ShardSum:
             fits = moved is not None and moved.numel() == 2 * t
             blocks.append(moved.to(device) ** 2 if fits else torch.zeros(2 * t, device=device))  # type: ignore[union-attr]
         return torch.cat([b.to(device) for b in blocks])
+
+    def _where_of(self, indices: list[int]) -> torch.Tensor:
+        """The indices on the device, made once: a list copied to a GPU from pageable
+        memory waits for the device's queue, and the same parameters have gradients
+        step after step."""
+        key = tuple(indices)
+        if self._where is None or self._where[0] != key:
+            self._where = (key, torch.tensor(key, device=self.device))
+        return self._where[1]
 
     def _put(self, row: Row, summed: torch.Tensor, grads: bool, layer: bool, update: bool) -> None:
         had = set(row.names)
@@ -178,8 +188,9 @@ def on_host(row: Row, values: dict[str, list[float]]) -> dict[str, list[float]]:
         if not _said:
             _said = True
             log.warning(
-                "trainsentry probe: a rank could not give its shards' norms from step %d "
-                "on (its probe failed): gradient and weight norms are left out",
+                "trainsentry probe: a rank could not give its shards' norms at step %d "
+                "(its probe failed, or steps were renumbered off the optimizer's count): "
+                "gradient and weight norms of such steps are left out",
                 row.step,
             )
         return {k: v for k, v in values.items() if k not in (*SUMMED, HAS, FLAG)}
