@@ -176,7 +176,7 @@ class Probe:
                 )
             )
             return
-        trainable = sum(1 for p in self.layers.params if p.requires_grad)
+        trainable = sum(self.layers.trainable)
         self._shards = ShardSum(len(self.layers.params), trainable, self.options)
         self._shards_handle = self.optimizer.register_step_post_hook(self._after_step_sums)
 

@@ -72,8 +72,9 @@ class ShardSum:
         dist = torch.distributed
         nccl = "nccl" in str(dist.get_backend()).lower()
         # the vector lives where the process group's backend takes it: NCCL, on the GPU
-        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None
-        self.device = self.device or torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        )
         self._where: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     def layout(self, step: int) -> tuple[bool, bool, bool]:
@@ -172,9 +173,7 @@ class ShardSum:
 def drop(row: Row) -> None:
     """Leaves a row's shard norms out: they are no model's norms on their own."""
     for name in (*SUMMED, HAS, FLAG):
-        while name in row.names:
-            at = row.names.index(name)
-            del row.names[at], row.chunks[at]
+        row.remove(name)
 
 
 def on_host(row: Row, values: dict[str, list[float]]) -> dict[str, list[float]]:

@@ -49,10 +49,14 @@ class Row:
     def replace(self, name: str, tensor: torch.Tensor) -> None:
         """Puts a chunk, dropping an earlier one of that name (a later backward of an
         accumulating step supersedes the earlier one)."""
-        if name in self.names:
+        self.remove(name)
+        self.put(name, tensor)
+
+    def remove(self, name: str) -> None:
+        """Drops the chunks of that name, if any."""
+        while name in self.names:
             at = self.names.index(name)
             del self.names[at], self.chunks[at]
-        self.put(name, tensor)
 
     def add_loss(self, value: torch.Tensor | float, explicit: bool) -> None:
         """Accumulates a micro-batch's loss; an explicitly given loss wins over one
