@@ -176,6 +176,7 @@ def main() -> None:
         )
         gen.terminate()
         gen.join()
+        stats = daemon.stats
         daemon.close()
     points, elapsed = p1 - p0, t1 - t0
     cpu, writers = (c1 - c0) / elapsed, (g1 - g0) / elapsed
@@ -186,6 +187,11 @@ def main() -> None:
         file=sys.stderr,
     )
     print(clocks.table(points, elapsed), file=sys.stderr)
+    print(
+        f"alert-state snapshots: {stats.state_saves} in all, the last took "
+        f"{stats.state_save_seconds:.2f} s for {stats.state_bytes / 1e6:.1f} MB",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -32,6 +33,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainsentry.reading import iter_points
 from trainsentry.replay import replay_transitions
 from trainsentry.rules.loader import load_rules
+from trainsentry.snapshot import code_digest
+from trainsentry.state import SNAPSHOT_FILE, StateDB
 
 RULES = loss_log.RULES + "    for: 10 steps\n"  # the shared critical, held for 10 steps
 
@@ -60,17 +63,28 @@ def alerts(tmp: Path) -> list[tuple[str, int]]:
     return [(a["state"], a["step"]) for a in map(json.loads, lines)]
 
 
-def offset(tmp: Path, log: Path, table: str = "offsets") -> int | None:
-    """Where the daemon's state says reading of `log` stood (committed, or at the snapshot)."""
+def offset(tmp: Path, log: Path) -> int | None:
+    """Where the daemon's state says reading of `log` stood (committed)."""
     db = sqlite3.connect(tmp / "state" / "state.db")
     try:
-        row = db.execute(f"SELECT offset FROM {table} WHERE path = ?", (str(log),))
+        row = db.execute("SELECT offset FROM offsets WHERE path = ?", (str(log),))
         found = row.fetchone()
     except sqlite3.OperationalError:  # not created yet
         return None
     finally:
         db.close()
     return found[0] if found else None
+
+
+def snapshot_offset(tmp: Path, log: Path) -> int | None:
+    """Where reading of `log` stood at the daemon's last alert-state snapshot."""
+    state = StateDB(tmp / "state" / "state.db")
+    try:
+        saved = state.load_snapshot(code_digest())
+    finally:
+        state.close()
+    position = saved.offsets.get(str(log)) if saved is not None else None
+    return position.offset if position is not None else None
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -118,7 +132,7 @@ def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     first = start(tmp_path)
     first.wait_for_points(8)
     if saved == "snapshot":
-        wait_until(lambda: offset(tmp_path, job, "snapshot_offsets") == job.stat().st_size)
+        wait_until(lambda: snapshot_offset(tmp_path, job) == job.stat().st_size)
         write(job, range(8, 11), high)  # read after the snapshot: relearned on restart
         first.wait_for_points(11)
     wait_until(lambda: offset(tmp_path, job) == job.stat().st_size)  # committed: none repeat
@@ -144,14 +158,23 @@ def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     assert sorted(p["step"] for p in second.points) == list(range(11, 50))
 
 
-SPOIL = {
-    "kept": None,
-    "damaged": "UPDATE snapshot SET blob = x'8004deadbeef'",
-    "from other code": "UPDATE snapshot SET digest = 'older-version'",
-}
+def spoil(tmp: Path, how: str) -> None:
+    """Damage the saved alert state's body, or make it read as another version's."""
+    path = tmp / "state" / SNAPSHOT_FILE
+    with open(path, "rb") as f:
+        form, digest, positions = pickle.load(f)
+        body = f.read()
+    if how == "damaged":
+        body = b"\x80\x04deadbeef"
+    else:
+        digest = "older-version"
+    path.write_bytes(pickle.dumps((form, digest, positions)) + body)
 
 
-@pytest.mark.parametrize("snapshot", list(SPOIL))
+SPOIL = ["kept", "damaged", "from other code"]
+
+
+@pytest.mark.parametrize("snapshot", SPOIL)
 def test_an_alert_firing_at_a_clean_stop_is_resolved_after_the_restart(
     tmp_path: Path, job: Path, snapshot: str
 ) -> None:
@@ -164,11 +187,8 @@ def test_an_alert_firing_at_a_clean_stop_is_resolved_after_the_restart(
         assert receiver.wait_for(lambda reqs: len(reqs) >= 1)
         first.stop()
         assert alerts(tmp_path) == [("firing", 10)]
-        if SPOIL[snapshot]:
-            db = sqlite3.connect(tmp_path / "state" / "state.db")
-            db.execute(SPOIL[snapshot])
-            db.commit()
-            db.close()
+        if snapshot != "kept":
+            spoil(tmp_path, snapshot)
 
         write(job, range(20, 25), range(0, 20))
         second = start(tmp_path, "--notify", url)

@@ -8,6 +8,7 @@ rules are the real ones.
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
-from trainsentry.silence_clock import SilenceClock
+from trainsentry.silence_clock import SilenceClock, _live
 
 HOUR = 3600.0
 RULES = ruleset("- {name: stalled, no_data: {factor: 20, min_silence: 15m}}")
@@ -152,24 +153,52 @@ def test_a_run_silent_before_the_daemon_started_keeps_its_real_gap() -> None:
     ]
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.floats(0, 2000), st.floats(-4000, 4000), st.booleans()), max_size=40))
-def test_one_record_is_cut_as_the_general_path_cuts_it(
-    moves: list[tuple[float, float, bool]],
+def general_path(clock: SilenceClock, run: str, rows: list[Row]) -> list[tuple[int, float]]:
+    """What `arrived` did before its short paths: history aside, every distinct stamp judged."""
+    wall, mono = clock._wall(), clock._mono()
+    unstepped = clock._offset + mono
+    if not _live(rows[0][1], wall, unstepped) and not _live(rows[-1][1], wall, unstepped):
+        return [(len(part), shift) for part, shift in clock.arrived(run, rows)]
+    return [(len(part), shift) for part, shift in clock._cut(run, rows, wall, mono)]
+
+
+# offsets of a batch's stamps from the job's clock: spread by microseconds as a TensorBoard
+# record's values are, by an evaluation's seconds, or a step apart; or no stamp at all
+_OFFSETS = st.sampled_from([0.0, 1e-5, 3.0, 300.0, -300.0, 599.0, 700.0, -700.0, 5000.0, math.nan])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 2000),
+            st.floats(-4000, 4000),
+            st.booleans(),
+            st.lists(_OFFSETS, min_size=1, max_size=5),
+        ),
+        max_size=30,
+    )
+)
+def test_a_batch_is_cut_as_the_general_path_cuts_it(
+    moves: list[tuple[float, float, bool, list[float]]],
 ) -> None:
-    """`arrived` with one row takes a short path; with the row given twice (the same
-    stamp: judged once) it takes the general one. Same cuts, same steps, same state."""
+    """`arrived` takes short paths for one row and for a batch whose stamps lie within a
+    step of each other; the general path judges every stamp. Same cuts, same steps, same
+    state, whatever the batches' stamps and the host's clock do."""
     clocks = Clocks()
-    one = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
+    short = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
     general = SilenceClock(wall=lambda: clocks.wall, mono=lambda: clocks.mono)
     stamp = clocks.wall
-    for step, (elapsed, drift, stepped) in enumerate(moves):
+    step = 0
+    for elapsed, drift, stepped, offsets in moves:
         clocks.advance(elapsed)
         if stepped:
             clocks.wall += drift  # the host's clock stepped
         stamp += elapsed + (drift if not stepped else 0.0)  # the job's clock
-        row = Row(step, stamp, ("loss",), (1.0,))
-        cut = [(len(part), shift) for part, shift in one.arrived("r", [row])]
-        twice = [(len(part) and 1, shift) for part, shift in general.arrived("r", [row, row])]
-        assert cut == twice
-        assert one._runs == general._runs
+        rows = []
+        for offset in offsets:
+            rows.append(Row(step, stamp + offset, ("loss",), (1.0,)))
+            step += 1
+        cut = [(len(part), shift) for part, shift in short.arrived("r", rows)]
+        assert cut == general_path(general, "r", rows)
+        assert short._runs == general._runs

@@ -6,12 +6,14 @@ import io
 import json
 import math
 
+import pytest
 from test_rules_notation import WALL0, evaluate, merge, points, ruleset, timeline
 
 from trainsentry.point import Point, Row, points_of
 from trainsentry.replay import replay
 from trainsentry.rules.aliases import Aliases
 from trainsentry.rules.engine import Engine
+from trainsentry.rules.loader import load_rules
 
 ALERT_KEYS = {"run", "rule", "severity", "state", "step", "wall_time", "metric", "value", "message"}
 
@@ -204,6 +206,23 @@ def test_live_ticks_fire_no_data_exactly_as_a_replay_of_the_same_points() -> Non
     assert [t.state for t in got] == ["firing", "resolved"]
 
 
+@pytest.mark.parametrize(
+    ("rules", "every"),
+    [
+        ("- {name: stalled, no_data: {min_silence: 60s}}", 0.6),
+        ("- {name: stalled, no_data: {min_silence: 60s, max_silence: 30s}}", 0.3),
+        ("- {name: hot, metric: loss, threshold: {above: 5}}", 5.0),
+    ],
+)
+def test_the_tick_cadence_is_a_hundredth_of_the_shortest_silence(rules: str, every: float) -> None:
+    assert Engine(ruleset(rules)).tick_every == pytest.approx(every)
+
+
+def test_the_default_pack_is_ticked_every_five_seconds() -> None:
+    """Its shortest silence is run_stalled's 15 minutes: 5 s late is half a percent."""
+    assert Engine(load_rules([])).tick_every == 5.0
+
+
 def test_silence_resolves_the_runs_other_alerts_with_data_stopped() -> None:
     rules = ruleset(
         """
@@ -343,7 +362,6 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     import random
 
     from trainsentry.alerts.grouping import FiringBook
-    from trainsentry.rules.loader import load_rules
     from trainsentry.snapshot import dump, load
 
     rng = random.Random(7)

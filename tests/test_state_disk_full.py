@@ -22,6 +22,9 @@ from daemon_process import DaemonProcess
 from loss_log import RULES, delivered, write_chunk
 from notify_endpoints import HttpReceiver, Request
 
+from trainsentry.snapshot import code_digest
+from trainsentry.state import SNAPSHOT_FILE, StateDB
+
 WAIT = 60.0
 
 
@@ -87,8 +90,9 @@ def sent_steps(db_path: Path) -> set[tuple[str, int]]:
 
 
 def test_a_full_state_disk_keeps_alerting_and_recovers_when_space_is_back(
-    tmp_path: Path, small_disk: Path
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("TRAINSENTRY_SNAPSHOT_INTERVAL", "1")  # the alert state too
     (tmp_path / "rules.yaml").write_text(RULES)
     log = tmp_path / "logs" / "exp1" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
@@ -110,6 +114,7 @@ def test_a_full_state_disk_keeps_alerting_and_recovers_when_space_is_back(
 
         write_chunk(log, range(10, 20), {13})
         daemon.wait_for_text("cannot write the state in")
+        daemon.wait_for_text("could not save the alert state: [Errno 28] No space left")
         # alerting goes on: the terminal, the JSONL file and the receiver all get step 13
         assert receiver.wait_for(lambda reqs: {("firing", 13), ("resolved", 14)} <= alerts_of(reqs))
         daemon.wait_for_text("at step 14")
@@ -135,5 +140,11 @@ def test_a_full_state_disk_keeps_alerting_and_recovers_when_space_is_back(
         receiver.close()
     output = daemon.clean_output()
     assert output.count("cannot write the state in") == 1, output[-3000:]
+    # the alert state saved at the stop, whole, and no half-written one left beside it
+    state = StateDB(small_disk / "state.db")
+    saved = state.load_snapshot(code_digest())
+    state.close()
+    assert saved is not None and saved.offsets[str(log)].offset == log.stat().st_size
+    assert sorted(p.name for p in small_disk.iterdir() if "snapshot" in p.name) == [SNAPSHOT_FILE]
     got = [a for r in receiver.requests for a in delivered(r)]
     assert len(got) == len(set(got)), "a notification was sent twice"

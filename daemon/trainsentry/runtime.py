@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -488,6 +487,9 @@ class Daemon:
             self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)
+        # the snapshot still holds their positions: a file recreated at the same path (a
+        # reused inode, the same first bytes) must not be relearned from them after a restart
+        self._next_snapshot = 0.0
         alive = {t.log.run for t in self._tails.values()}
         for run in runs - alive:
             if self._on_release is not None:
@@ -536,15 +538,9 @@ class Daemon:
         # relearns from the one up to the other
         self._commit()
         try:
-            # spooled through an unnamed file beside state.db: the state is never
-            # held twice in memory (snapshot.py)
-            with tempfile.TemporaryFile(dir=self.state.directory) as spool:
-                self._memory.dump(spool)
-                size = spool.tell()
-                spool.seek(0)
-                self.state.save_snapshot(
-                    self._memory.digest, spool, size, [t.position() for t in self._tails.values()]
-                )
+            size = self.state.save_snapshot(
+                self._memory.digest, self._memory.dump, [t.position() for t in self._tails.values()]
+            )
         except Exception as exc:  # a full disk must not stop reading; the next try may work
             self.stats.state_save_failures += 1
             self._on_error(f"could not save the alert state: {exc}")

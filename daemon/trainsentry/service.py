@@ -40,9 +40,9 @@ log = logging.getLogger(__name__)
 # The loop turns at least this often, idle or not, so heartbeats (healthz,
 # systemd's watchdog) mean "the loop is alive", not "something was written".
 HEARTBEAT_SECONDS = 5.0
-# No-data deadlines and repeat intervals are checked this often, not every cycle:
-# with a thousand live runs the loop cycles many times a second, and each check
-# walks every run's clocks.
+# Repeat intervals are checked this often, not every cycle (a thousand live runs
+# make the loop cycle many times a second), and no-data deadlines this often or,
+# when the rules' silences are minutes, every `Engine.tick_every`.
 TICK_SECONDS = 1.0
 # The stuck-loop guard is generous: killing a healthy daemon in a long
 # backfill would be worse than restarting a hung one a minute late.
@@ -115,7 +115,7 @@ class Service:
         self.board.on_ask = self.daemon.wake  # a reader's wait ends with the next cycle
         self.http: ApiServer | None = None
         self._reload_requested = False
-        self._next_tick = 0.0
+        self._next_tick = self._next_clocks = 0.0
 
     # -- the pipeline ---------------------------------------------------------
 
@@ -187,7 +187,9 @@ class Service:
         now = time.monotonic()
         if now >= self._next_tick:  # deadlines are minutes; a busy loop cycles 100s of times/s
             self._next_tick = now + TICK_SECONDS
-            self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
+            if now >= self._next_clocks:
+                self._next_clocks = now + max(TICK_SECONDS, self.engine.tick_every)
+                self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
             self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()
@@ -233,6 +235,7 @@ class Service:
         else:
             self._ruleset = rules
             self._deliver(self.engine.reload(rules))
+            self._next_clocks = 0.0  # the new rules' silences may be shorter
             print(f"trainsentry: reloaded {len(self.engine.rules)} rules", flush=True)
             if fresh != self.config:
                 print(

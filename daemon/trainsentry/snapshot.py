@@ -9,7 +9,7 @@ Why a pickle of the live objects rather than a schema of their fields: the
 state is that of ten condition kinds (rolling windows, fits, baselines, EWMAs)
 and the lifecycles, all plain slotted dataclasses; a hand-written schema for
 each would be a second copy of every one of them to keep in step. Pickling
-1,000 runs × 20 series takes about a quarter of a second and 11 MB, so it is taken
+1,000 runs × 20 series takes about a sixth of a second and 17 MB, so it is taken
 once a minute (runtime.py), not per cycle. The blob never leaves the state
 dir the daemon itself writes, so unpickling it trusts nothing new.
 

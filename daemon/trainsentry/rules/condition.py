@@ -57,7 +57,7 @@ class Evaluator(Protocol):
 class SpanWindow(Packed):
     """The points within a span of the newest one, with running sum and sum of squares.
 
-    Two arrays of doubles (positions, values) read from `_head` on, not a deque
+    Two arrays of doubles (positions, values) read from `head` on, not a deque
     of tuples: 16 bytes a point instead of about 100. A loss logged every step
     fills a "2000 steps" plateau's two windows with 4,000 points a run; as
     tuples that was 0.4 MB a run, most of a fleet's memory once windows are
@@ -69,8 +69,8 @@ class SpanWindow(Packed):
 
     __slots__ = (
         "_evicted",
-        "_head",
         "first_position",
+        "head",
         "positions",
         "span",
         "sum",
@@ -82,19 +82,19 @@ class SpanWindow(Packed):
         self.span = span
         self.positions = array("d")  # on the span's axis
         self.values = array("d")
-        self._head = 0  # the window is [_head:] of both
+        self.head = 0  # the window is [_head:] of both
         self.sum = 0.0
         self.sumsq = 0.0
         self._evicted = 0
         self.first_position: float | None = None  # of the first point ever pushed
 
     def __len__(self) -> int:
-        return len(self.values) - self._head
+        return len(self.values) - self.head
 
     @property
     def items(self) -> list[tuple[float, float]]:
         """The window's (position, value) points, oldest first."""
-        h = self._head
+        h = self.head
         return list(zip(self.positions[h:], self.values[h:], strict=True))
 
     def position(self, step: int, wall_time: float, index: int) -> float:
@@ -113,7 +113,7 @@ class SpanWindow(Packed):
         values.append(value)
         self.sum += value
         self.sumsq += value * value
-        span, h = self.span, self._head
+        span, h = self.span, self.head
         size = len(values)
         if span.unit == "points":
             cut = h + max(0, math.ceil(size - h - span.amount))
@@ -128,7 +128,7 @@ class SpanWindow(Packed):
             old = values[k]
             self.sum -= old
             self.sumsq -= old * old
-        self._head = cut
+        self.head = cut
         self._evicted += cut - h
         if self._evicted > size - cut + 16:
             self._evicted = 0
@@ -136,7 +136,7 @@ class SpanWindow(Packed):
             self.sumsq = math.fsum(v * v for v in values[cut:])
         if cut >= NO_SHRINK:
             cut_front((positions, values), cut)
-            self._head = 0
+            self.head = 0
 
     def covered(self, position: float) -> bool:
         """True once the history seen reaches back a whole span."""

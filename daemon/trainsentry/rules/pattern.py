@@ -22,13 +22,17 @@ from trainsentry.rules.packed import Packed
 
 class GrowthCondition(Packed):
     __slots__ = (
-        "count", "fit", "growing", "items", "origin", "rebuild_in", "spec",
-        "sx", "sxx", "sxy", "sy", "syy", "value",
+        "_amount", "_by_points", "_log_growth", "count", "fit", "growing", "items", "origin",
+        "rebuild_in", "spec", "sx", "sxx", "sxy", "sy", "syy", "value",
     )  # fmt: skip
     _packed = ("items",)
 
     def __init__(self, spec: Growth) -> None:
         self.spec = spec
+        # read on every point of every loss: kept here rather than worked out from spec
+        self._by_points = spec.window.unit == "points"
+        self._amount = spec.window.amount
+        self._log_growth = math.log(spec.min_growth)
         self.items: deque[tuple[float, float, float]] = deque()  # (position, x, y)
         self.origin = 0.0
         self.sx = self.sy = self.sxx = self.sxy = self.syy = 0.0
@@ -58,12 +62,13 @@ class GrowthCondition(Packed):
             return None  # log needs a positive finite value; NaN/inf is the non_finite rule's
         self.count += 1
         self.value = value
-        window = self.spec.window
         items = self.items
         if items and step <= items[-1][1]:
             return None  # a repeated or rewound step adds nothing to a fit against step
-        by_points = window.unit == "points"
-        position = float(self.count) if by_points else axis(window, step, wall_time, self.count)
+        by_points, amount = self._by_points, self._amount
+        position = (
+            float(self.count) if by_points else axis(self.spec.window, step, wall_time, self.count)
+        )
         y = math.log(value)
         items.append((position, float(step), y))
         # _add, inlined (with its sign): this runs for every point of every loss
@@ -74,8 +79,8 @@ class GrowthCondition(Packed):
         self.sxx += x * x
         self.sxy += x * y
         self.syy += y * y
-        limit = position - window.amount
-        while items and (len(items) > window.amount if by_points else items[0][0] <= limit):
+        limit = position - amount
+        while items and (len(items) > amount if by_points else items[0][0] <= limit):
             _, ox, oy = items.popleft()
             ox -= origin
             self.sx -= ox
@@ -107,7 +112,7 @@ class GrowthCondition(Packed):
         spec = self.spec
         # hysteresis: once growing, it takes half the growth (in log space) and a value
         # back under the threshold to count as recovered — not one noisy window
-        needed = math.log(spec.min_growth) * (0.5 if self.growing else 1.0)
+        needed = self._log_growth * (0.5 if self.growing else 1.0)
         past = self.growing and spec.threshold is not None and self.value >= spec.threshold
         self.growing = past or (
             slope > 0
@@ -189,8 +194,8 @@ class SpikeCondition(Packed):
         self.value = value
         if spec.method == "sigma":
             window = self.window
-            n = len(window)
-            # the window's mean() and std(), inlined: this runs for every loss point
+            # len(), the window's mean() and std(), inlined: this runs for every loss point
+            n = len(window.values) - window.head
             mean = window.sum / n if n else math.nan
             std = math.sqrt(max(window.sumsq / n - mean * mean, 0.0)) if n >= 2 else 0.0
             ready = n >= spec.warmup and n >= 3

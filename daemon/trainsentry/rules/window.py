@@ -148,7 +148,10 @@ class PlateauCondition:
     for evaluations that come a few at a time.
     """
 
-    __slots__ = ("best", "best_at", "best_step", "count", "gain", "spec", "windows")
+    __slots__ = (
+        "_amount", "_sign", "_unit", "best", "best_at", "best_step", "count", "gain", "spec",
+        "windows",
+    )  # fmt: skip
 
     def __init__(self, spec: Plateau) -> None:
         self.spec = spec
@@ -158,6 +161,10 @@ class PlateauCondition:
         self.best_at = 0.0
         self.best_step = 0
         self.gain = math.nan
+        # read on every point of every loss: kept here rather than looked up through spec
+        self._sign = 1.0 if spec.goal == "min" else -1.0
+        self._unit = spec.window.unit
+        self._amount = spec.window.amount
 
     def _needed(self, reference: float) -> float:
         return max(self.spec.min_delta, self.spec.min_improvement * abs(reference))
@@ -166,27 +173,35 @@ class PlateauCondition:
         if not math.isfinite(value):
             return None
         self.count += 1
-        sign = 1.0 if self.spec.goal == "min" else -1.0
-        windows = self.windows
-        position = windows.position(step, wall_time, self.count)
+        unit = self._unit  # axis(), inlined
+        if unit == "steps":
+            position = float(step)
+        else:
+            position = wall_time if unit == "seconds" else float(self.count)
         if self.spec.method == "best":
+            sign = self._sign
             if math.isnan(self.best) or sign * (self.best - value) > self._needed(self.best):
                 self.best, self.best_at, self.best_step = value, position, step
                 return QUIET
-            stuck = position - self.best_at >= self.spec.window.amount
+            stuck = position - self.best_at >= self._amount
             return ACTIVE if stuck else QUIET
+        windows = self.windows
         windows.push(position, value)
-        first = windows.first_position
         older = windows.older_count
-        if self.spec.window.unit == "points":
-            full = older >= self.spec.window.amount
-        else:
-            full = first is not None and position - first >= 2 * self.spec.window.amount
-        if not full or not older:
+        if not older:
             return None
-        before, now = windows.older_mean(), windows.recent_mean()
-        self.gain = sign * (before - now)
-        return ACTIVE if self.gain <= 0 or self.gain < self._needed(before) else QUIET
+        if unit == "points":
+            if older < self._amount:
+                return None
+        else:
+            first = windows.first_position
+            if first is None or position - first < 2 * self._amount:
+                return None  # not a whole window and the one before it seen yet
+        before = windows.older_sum / older  # the windows' means, inlined
+        n = windows.recent_count
+        now = windows.recent_sum / n if n else math.nan
+        gain = self.gain = self._sign * (before - now)
+        return ACTIVE if gain <= 0 or gain < self._needed(before) else QUIET
 
     def evidence(self) -> str:
         spec = self.spec
