@@ -1,6 +1,6 @@
 """What the probe costs per training step, against the same loop without it.
 
-    python bench/probe_overhead.py [--device cpu|cuda] [--size small|gpt2] [--rounds 9]
+    python bench/probe_overhead.py [--device cpu|cuda] [--size small|small-2k|gpt2] [--rounds 9]
 
 Variants, measured in one process and interleaved round by round, in an order
 rotated each round (so drift in clock speed or a noisy neighbour hits all of
@@ -74,6 +74,9 @@ class GPTish(nn.Module):
 
 SIZES = {  # vocab, width, layers, heads, context, batch
     "small": (512, 128, 2, 4, 32, 8),
+    # the same model at 2,048 tokens a step (a fine-tune's batch is 4-8k, a pre-training
+    # step's 0.5-4M): the per-step gradient read costs the same against 8x the compute
+    "small-2k": (512, 128, 2, 4, 64, 32),
     "gpt2": (50257, 768, 12, 12, 512, 8),
 }
 

@@ -114,3 +114,36 @@ def test_a_cycle_that_showed_alerts_commits_at_its_end(
         assert committed(tmp_path / "state", log) == log.stat().st_size
     finally:
         daemon.close()
+
+
+def test_a_deleted_run_leaves_the_next_snapshot_without_its_files(tmp_path: Path) -> None:
+    """The snapshot is taken at the end of the cycle that released them (the share of the
+    loop allowing), not at the interval: after a restart, a file made again at the same
+    path must not be relearned from a position of the file that was deleted."""
+    kept = tmp_path / "logs" / "kept" / "metrics.jsonl"
+    gone = tmp_path / "logs" / "gone" / "metrics.jsonl"
+    write_points(kept, range(3))
+    write_points(gone, range(3))
+    got: list[Point] = []
+    state = StateDB(tmp_path / "state" / "state.db")
+    daemon = Daemon(
+        [tmp_path / "logs"], state, [into(got)], memory=Remembers(), snapshot_every=3600
+    )
+    daemon.start()
+    try:
+        read_until(daemon, got, 6)
+        daemon._next_snapshot = 0.0
+        daemon.cycle(timeout=0.1)
+        saved = state.load_snapshot("test")
+        assert saved is not None and set(saved.offsets) == {str(kept), str(gone)}
+        gone.unlink()
+        gone.parent.rmdir()
+        for _ in range(20):
+            daemon.cycle(timeout=0.1)
+            saved = state.load_snapshot("test")
+            assert saved is not None
+            if str(gone) not in saved.offsets:
+                break
+        assert set(saved.offsets) == {str(kept)}
+    finally:
+        daemon.close()

@@ -169,6 +169,7 @@ class Daemon:
         self._memory = memory
         self._snapshot_every = snapshot_every
         self._next_snapshot = time.monotonic() + snapshot_every
+        self._earliest_snapshot = 0.0  # the share of the loop snapshots may take allows one
         # Where the restored state stopped reading each file; None: nothing restored.
         self._relearn_from: dict[str, Checkpoint] = {}
         if memory is not None:
@@ -488,8 +489,9 @@ class Daemon:
             log.info("released %s", k)
         self.state.forget_offsets(keys)
         # the snapshot still holds their positions: a file recreated at the same path (a
-        # reused inode, the same first bytes) must not be relearned from them after a restart
-        self._next_snapshot = 0.0
+        # reused inode, the same first bytes) must not be relearned from them after a
+        # restart. So the next is taken as soon as the share allows, not at the interval.
+        self._next_snapshot = min(self._next_snapshot, self._earliest_snapshot)
         alive = {t.log.run for t in self._tails.values()}
         for run in runs - alive:
             if self._on_release is not None:
@@ -549,4 +551,5 @@ class Daemon:
             self.stats.state_saved_at, self.stats.state_bytes = time.time(), size
         heap.trim()  # the pickler's memo, freed: see heap.py
         spent = self.stats.state_save_seconds = time.monotonic() - began
-        self._next_snapshot = time.monotonic() + max(self._snapshot_every, spent / SNAPSHOT_SHARE)
+        self._earliest_snapshot = time.monotonic() + spent / SNAPSHOT_SHARE
+        self._next_snapshot = max(time.monotonic() + self._snapshot_every, self._earliest_snapshot)
