@@ -182,6 +182,7 @@ class Daemon:
         # named it or a directory above it; every file at a sweep): read after a stat
         # of the path. The others are read through their handle alone (FileTail.read).
         self._relinked: set[str] = set()
+        self._relearners: set[str] = set()  # files made to relearn; some may be done
         self._unsaved: dict[str, FileTail] = {}  # read since the last commit
         self._next_commit = 0.0
         self._last_sweep = 0.0
@@ -381,6 +382,7 @@ class Daemon:
             start = Checkpoint(key, 0, 0, b"", 0)
         if start.offset == committed.offset:
             return FileTail(found, committed)  # nothing to relearn
+        self._relearners.add(key)
         return FileTail(found, committed, relearn_from=start)
 
     def _read(self, keys: set[str]) -> int:
@@ -395,7 +397,12 @@ class Daemon:
         again: set[str] = set()
         # Files still relearning first: the restored state catches up on every file
         # before new points of any run are judged, as they were seen live.
-        order = sorted(keys, key=lambda k: (not self._relearning(k), k))
+        if self._relearners:
+            self._relearners = {k for k in self._relearners if self._relearning(k)}
+        if self._relearners:
+            order = sorted(keys, key=lambda k: (k not in self._relearners, k))
+        else:  # nothing relearns (after the first minutes): no key function per file
+            order = sorted(keys)
         for i, key in enumerate(order):
             if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
                 again.update(order[i:])

@@ -34,6 +34,7 @@ from trainsentry.rules.condition import Evaluator, OtherSeries, fmt
 from trainsentry.rules.lifecycle import (
     ESCALATED,
     FIRED,
+    FIRING,
     INACTIVE,
     RESOLVED,
     Lifecycle,
@@ -336,10 +337,20 @@ class Engine:
                 clock: NoDataClock = alert.condition
                 if clock.last_step == step and wall <= clock.last_wall:
                     continue  # another tag of the same record: nothing new for this clock
-            self._check_clock(run, alert, wall, out)
-            alert.condition.observe(step, wall)
+            # _check_clock's own test, inlined (a point moves the clocks of every record):
+            # this point came after the deadline (a gap a replay sees, or a tick missed)
+            clock = alert.condition
+            lifecycle = alert.lifecycle
+            if (
+                lifecycle.phase != FIRING
+                and clock.last_step is not None
+                and wall > clock.last_wall + clock.wait
+            ):
+                self._check_clock(run, alert, wall, out)
+            clock.observe(step, wall)
             alert.last_step, alert.value = step, math.nan
-            if alert.lifecycle.observe(m.QUIET, step, wall) is RESOLVED:
+            # a quiet verdict changes nothing in an inactive lifecycle
+            if lifecycle.phase != INACTIVE and lifecycle.observe(m.QUIET, step, wall) is RESOLVED:
                 self._reconcile(run, alert, step, wall, "data resumed", out)
 
     def _check_clock(self, run: _Run, alert: Alert, now: float, out: list[Transition]) -> None:
