@@ -114,10 +114,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def points_read(port: int) -> float:
+def metric(port: int, name: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    m = re.search(r"^trainsentry_points_read_total ([0-9.e+]+)$", text, re.M)
+    m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def points_read(port: int) -> float:
+    return metric(port, "trainsentry_points_read_total")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -263,6 +267,9 @@ def main() -> None:
             c1, g1 = cpu_seconds(daemon.pid), cpu_seconds(gen.pid)
             rss_end = rss_mb(daemon.pid)
             rss_peak = max(rss_peak, rss_end)
+            saves = metric(port, "trainsentry_alert_state_saves_total")
+            save_seconds = metric(port, "trainsentry_alert_state_save_duration_seconds")
+            save_mb = metric(port, "trainsentry_alert_state_bytes") / 1e6
             deadline = time.monotonic() + 30  # the last injections' alerts
             while len(tail.seen) < len(written) and time.monotonic() < deadline:
                 tail.poll()
@@ -296,6 +303,10 @@ def main() -> None:
     print(
         f"daemon RSS: {rss_start:.0f} MB at the start of the phase, {rss_end:.0f} MB at its end, "
         f"peak {rss_peak:.0f} MB (target < 300 MB)"
+    )
+    print(
+        f"alert-state snapshots: {saves:.0f} taken, the last in {save_seconds:.2f} s "
+        f"({save_mb:.1f} MB)"
     )
     if lags:
         print(

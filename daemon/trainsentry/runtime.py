@@ -60,10 +60,10 @@ READ_BUDGET = 16 << 20
 # grace before the root is declared deaf and polled.
 WATCH_GRACE_SECONDS = 1.0
 # The alert state is saved this often, and at a clean stop; at most SNAPSHOT_SHARE
-# of the loop's time goes to it. A fleet of 1,000 runs with full windows pickles
-# in ~0.6 s: once a minute that was 7 % of the daemon's CPU, so such a fleet saves
-# every two minutes (a restart relearns at most that much more), a small one
-# still every minute.
+# of the loop's time goes to it. A fleet of 1,000 runs with full windows saves
+# in ~0.4 s (0.6 s while the snapshot was a blob in state.db): once a minute that
+# is 7 % of the daemon's CPU, so such a fleet saves about every 80 s (a restart
+# relearns at most that much more), a small one still every minute.
 SNAPSHOT_SECONDS = 60.0
 SNAPSHOT_SHARE = 0.005
 # Read offsets are committed at most this often (and before every snapshot, at a

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import pickle
 import sqlite3
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_COLUMNS = """
     path TEXT PRIMARY KEY,
@@ -128,7 +131,7 @@ class StateDB:
         self.path = Path(path) if str(path) != ":memory:" else None
         self.directory = self.path.parent if self.path is not None else None
         self._db = connect(path)
-        self._snapshot_path = self.directory / SNAPSHOT_FILE if self.directory else None
+        self._snapshot_path = self.directory / SNAPSHOT_FILE if self.directory is not None else None
         self._in_memory: bytes | None = None  # the snapshot of a state DB in memory
 
     def load_offsets(self) -> dict[str, Checkpoint]:
@@ -153,6 +156,9 @@ class StateDB:
             else:
                 source = open(self._snapshot_path, "rb")  # noqa: SIM115  # closed below
         except FileNotFoundError:
+            return None
+        except OSError as exc:  # unreadable: relearned, as a damaged one is
+            log.warning("cannot read the saved alert state: %s; relearning from the logs", exc)
             return None
         with source:
             try:

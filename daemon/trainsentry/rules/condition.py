@@ -82,7 +82,7 @@ class SpanWindow(Packed):
         self.span = span
         self.positions = array("d")  # on the span's axis
         self.values = array("d")
-        self.head = 0  # the window is [_head:] of both
+        self.head = 0  # the window is [head:] of both
         self.sum = 0.0
         self.sumsq = 0.0
         self._evicted = 0
