@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trainsentry.point import Point, points_of
-from trainsentry.runtime import Daemon, RowSink
+from trainsentry.runtime import Daemon, Memory, RowSink
 from trainsentry.state import StateDB
 
 
@@ -33,10 +33,17 @@ def read_until(daemon: Daemon, got: list[Point], count: int, cycles: int = 60) -
 
 
 @contextmanager
-def following(root: Path, state_dir: Path) -> Iterator[tuple[Daemon, list[Point]]]:
-    """A daemon on `root`, started, and the points it delivers; closed at the end."""
+def following(
+    root: Path, state_dir: Path, memory: Memory | None = None
+) -> Iterator[tuple[Daemon, list[Point]]]:
+    """A daemon on `root`, started, and the points it delivers; closed at the end.
+
+    With `memory`, snapshots of it are taken only when a test makes one due.
+    """
     got: list[Point] = []
-    daemon = Daemon([root], StateDB(state_dir / "state.db"), [into(got)])
+    daemon = Daemon(
+        [root], StateDB(state_dir / "state.db"), [into(got)], memory=memory, snapshot_every=3600
+    )
     daemon.start()
     try:
         yield daemon, got

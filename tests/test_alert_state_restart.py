@@ -25,7 +25,7 @@ from pathlib import Path
 
 import loss_log
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, saved_alert_state
 from loss_log import confirmed, delivered
 from notify_endpoints import HttpReceiver, Request, free_port
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,8 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainsentry.reading import iter_points
 from trainsentry.replay import replay_transitions
 from trainsentry.rules.loader import load_rules
-from trainsentry.snapshot import code_digest
-from trainsentry.state import SNAPSHOT_FILE, StateDB
+from trainsentry.state import SNAPSHOT_FILE
 
 RULES = loss_log.RULES + "    for: 10 steps\n"  # the shared critical, held for 10 steps
 
@@ -78,11 +77,7 @@ def offset(tmp: Path, log: Path) -> int | None:
 
 def snapshot_offset(tmp: Path, log: Path) -> int | None:
     """Where reading of `log` stood at the daemon's last alert-state snapshot."""
-    state = StateDB(tmp / "state" / "state.db")
-    try:
-        saved = state.load_snapshot(code_digest())
-    finally:
-        state.close()
+    saved = saved_alert_state(tmp / "state")
     position = saved.offsets.get(str(log)) if saved is not None else None
     return position.offset if position is not None else None
 

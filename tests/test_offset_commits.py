@@ -69,23 +69,15 @@ def test_a_snapshot_commits_the_offsets_it_is_taken_at(
     monkeypatch.setattr(runtime, "COMMIT_SECONDS", 3600.0)
     log = tmp_path / "logs" / "exp" / "metrics.jsonl"
     write_points(log, range(5))
-    got: list[Point] = []
-    state = StateDB(tmp_path / "state" / "state.db")
-    daemon = Daemon(
-        [tmp_path / "logs"], state, [into(got)], memory=Remembers(), snapshot_every=3600
-    )
-    daemon.start()
-    try:
+    with following(tmp_path / "logs", tmp_path / "state", Remembers()) as (daemon, got):
         write_points(log, range(5, 9))
         read_until(daemon, got, 9)
         daemon._next_snapshot = 0.0  # due now: taken at the end of the next cycle
         daemon.cycle(timeout=0.1)
-        snapshot = state.load_snapshot("test")
+        snapshot = daemon.state.load_snapshot("test")
         assert snapshot is not None
         assert snapshot.offsets[str(log)].offset == log.stat().st_size
         assert committed(tmp_path / "state", log) == log.stat().st_size
-    finally:
-        daemon.close()
 
 
 def test_a_cycle_that_showed_alerts_commits_at_its_end(
@@ -124,26 +116,18 @@ def test_a_deleted_run_leaves_the_next_snapshot_without_its_files(tmp_path: Path
     gone = tmp_path / "logs" / "gone" / "metrics.jsonl"
     write_points(kept, range(3))
     write_points(gone, range(3))
-    got: list[Point] = []
-    state = StateDB(tmp_path / "state" / "state.db")
-    daemon = Daemon(
-        [tmp_path / "logs"], state, [into(got)], memory=Remembers(), snapshot_every=3600
-    )
-    daemon.start()
-    try:
+    with following(tmp_path / "logs", tmp_path / "state", Remembers()) as (daemon, got):
         read_until(daemon, got, 6)
         daemon._next_snapshot = 0.0
         daemon.cycle(timeout=0.1)
-        saved = state.load_snapshot("test")
+        saved = daemon.state.load_snapshot("test")
         assert saved is not None and set(saved.offsets) == {str(kept), str(gone)}
         gone.unlink()
         gone.parent.rmdir()
         for _ in range(20):
             daemon.cycle(timeout=0.1)
-            saved = state.load_snapshot("test")
+            saved = daemon.state.load_snapshot("test")
             assert saved is not None
             if str(gone) not in saved.offsets:
                 break
         assert set(saved.offsets) == {str(kept)}
-    finally:
-        daemon.close()

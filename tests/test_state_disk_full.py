@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, saved_alert_state
 from loss_log import RULES, delivered, write_chunk
 from notify_endpoints import HttpReceiver, Request
 
-from trainsentry.snapshot import code_digest
-from trainsentry.state import SNAPSHOT_FILE, StateDB
+from trainsentry.state import SNAPSHOT_FILE
 
 WAIT = 60.0
 
@@ -141,9 +140,7 @@ def test_a_full_state_disk_keeps_alerting_and_recovers_when_space_is_back(
     output = daemon.clean_output()
     assert output.count("cannot write the state in") == 1, output[-3000:]
     # the alert state saved at the stop, whole, and no half-written one left beside it
-    state = StateDB(small_disk / "state.db")
-    saved = state.load_snapshot(code_digest())
-    state.close()
+    saved = saved_alert_state(small_disk)
     assert saved is not None and saved.offsets[str(log)].offset == log.stat().st_size
     assert sorted(p.name for p in small_disk.iterdir() if "snapshot" in p.name) == [SNAPSHOT_FILE]
     got = [a for r in receiver.requests for a in delivered(r)]

@@ -187,18 +187,21 @@ class StateDB:
             (c.path, c.dev, c.ino, c.fingerprint, c.offset, c.behind, c.decoder_state)
             for c in positions
         ]
+
+        def write(out: BinaryIO) -> int:
+            pickle.dump((SNAPSHOT_FORMAT, digest, rows), out, pickle.HIGHEST_PROTOCOL)
+            dump(out)
+            return out.tell()
+
         if self._snapshot_path is None:
             buffer = io.BytesIO()
-            pickle.dump((SNAPSHOT_FORMAT, digest, rows), buffer, pickle.HIGHEST_PROTOCOL)
-            dump(buffer)
+            size = write(buffer)
             self._in_memory = buffer.getvalue()
-            return len(self._in_memory)
+            return size
         aside = self._snapshot_path.with_name(self._snapshot_path.name + ".new")
         try:
             with open(aside, "wb") as out:
-                pickle.dump((SNAPSHOT_FORMAT, digest, rows), out, pickle.HIGHEST_PROTOCOL)
-                dump(out)
-                size = out.tell()
+                size = write(out)
             os.replace(aside, self._snapshot_path)
         except BaseException:
             with contextlib.suppress(OSError):

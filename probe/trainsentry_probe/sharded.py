@@ -32,6 +32,7 @@ from trainsentry_probe.transfer import Row
 FLAG = "sharded_failed"  # a row's chunk: > 0 when some rank could not give its shards' norms
 HAS = "grad_has"  # a row's chunk: how many ranks had a gradient for each parameter
 SUMMED = ("grad_params", "param_norms", "update")
+_CHUNKS = (*SUMMED, HAS, FLAG)  # every chunk of a row the sums write or leave out
 log = logging.getLogger(__name__)
 _said = False  # the warning of on_host, once a process
 
@@ -172,7 +173,7 @@ class ShardSum:
 
 def drop(row: Row) -> None:
     """Leaves a row's shard norms out: they are no model's norms on their own."""
-    for name in (*SUMMED, HAS, FLAG):
+    for name in _CHUNKS:
         row.remove(name)
 
 
@@ -192,7 +193,7 @@ def on_host(row: Row, values: dict[str, list[float]]) -> dict[str, list[float]]:
                 "gradient and weight norms of such steps are left out",
                 row.step,
             )
-        return {k: v for k, v in values.items() if k not in (*SUMMED, HAS, FLAG)}
+        return {k: v for k, v in values.items() if k not in _CHUNKS}
     has = values.get(HAS)
     out = {k: v for k, v in values.items() if k not in (HAS, FLAG)}
     if has is not None and "grad_params" in out:
