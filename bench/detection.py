@@ -36,7 +36,7 @@ DEFAULT_CORPUS = HERE / ".cache" / "corpus"
 sys.path.insert(0, str(HERE.parent / "daemon"))
 
 from trainsentry.point import Point  # noqa: E402
-from trainsentry.reading import iter_points  # noqa: E402
+from trainsentry.sources.reading import iter_points  # noqa: E402
 
 # What each corpus writer calls the training loss and total gradient norm
 # (corpusgen/writers.py); the baselines read these directly, as an in-process
@@ -167,7 +167,7 @@ def gn100_or_loss_x3(run: Run) -> Outcome:
 def engine_detector(rule_paths: list[str] | None) -> tuple[Detector | None, str]:
     """The rule engine as a detector, or None and the reason it cannot be used."""
     try:
-        from trainsentry.replay import load_rules, replay_transitions
+        from trainsentry.backtest.replay import load_rules, replay_transitions
 
         rules = load_rules(rule_paths)
     except Exception as exc:  # report why, keep the baselines running

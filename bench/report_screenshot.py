@@ -22,9 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainsentry.reading import iter_points
-from trainsentry.report import build_report, write_report
+from trainsentry.backtest.report import build_report, write_report
 from trainsentry.rules.loader import load_rules
+from trainsentry.sources.reading import iter_points
 
 PACK_B = """rules:
   - name: grad_norm_above_50

@@ -29,12 +29,16 @@ from typing import Any
 
 from load import cpu_seconds, generate, inject_nan
 
-from trainsentry import runtime, service, silence_clock, state, store, watcher
+from trainsentry import store
 from trainsentry.alerts import notifier, outbox
 from trainsentry.config.loader import load_config
 from trainsentry.http_api import view
 from trainsentry.rules import engine
+from trainsentry.runtime import loop as runtime
+from trainsentry.runtime import service, silence_clock
 from trainsentry.sources import tail
+from trainsentry.state import db as state
+from trainsentry.watching import inotify
 
 STAGES: list[tuple[type, str]] = [
     (store.Store, "extend_rows"),
@@ -48,7 +52,7 @@ STAGES: list[tuple[type, str]] = [
     (runtime.Daemon, "_commit"),
     (runtime.Daemon, "_snapshot"),
     (runtime.Daemon, "sweep"),
-    (watcher.InotifyWatcher, "take"),
+    (inotify.InotifyWatcher, "take"),
     (store.Series, "_retire"),
     (store.Store, "newest"),
     (engine.Engine, "firing"),

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainsentry.snapshot import code_digest
-from trainsentry.state import Snapshot, StateDB
+from trainsentry.runtime.restart import code_digest
+from trainsentry.state.db import Snapshot, StateDB
 
 WAIT = 60.0
 

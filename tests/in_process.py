@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trainsentry.point import Point, points_of
-from trainsentry.runtime import Daemon, Memory, RowSink
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon, Memory, RowSink
+from trainsentry.state.db import StateDB
 
 
 def into(got: list[Point]) -> RowSink:

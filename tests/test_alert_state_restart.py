@@ -30,10 +30,10 @@ from loss_log import confirmed, delivered
 from notify_endpoints import HttpReceiver, Request, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainsentry.reading import iter_points
-from trainsentry.replay import replay_transitions
+from trainsentry.backtest.replay import replay_transitions
 from trainsentry.rules.loader import load_rules
-from trainsentry.state import SNAPSHOT_FILE
+from trainsentry.sources.reading import iter_points
+from trainsentry.state.db import SNAPSHOT_FILE
 
 RULES = loss_log.RULES + "    for: 10 steps\n"  # the shared critical, held for 10 steps
 

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rules_notation import WALL0, points, ruleset
 
+from trainsentry.alert import Transition
 from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
-from trainsentry.silence_clock import SilenceClock, _live
+from trainsentry.runtime.silence_clock import SilenceClock, _live
 
 HOUR = 3600.0
 RULES = ruleset("- {name: stalled, no_data: {factor: 20, min_silence: 15m}}")
@@ -124,7 +124,7 @@ def test_a_step_is_said_once_however_many_runs_it_touches(
     clocks = Clocks()
     clocks.wall = clocks.mono = WALL0 + 99
     engine, silence = live_runs(clocks, runs=50)
-    with caplog.at_level(logging.WARNING, logger="trainsentry.silence_clock"):
+    with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.silence_clock"):
         silence.look()
         clocks.wall -= 2 * HOUR
         for _ in range(5):

@@ -12,7 +12,7 @@ from daemon_process import DaemonProcess
 
 from trainsentry.cli import build_parser
 from trainsentry.config import ENV_OVERRIDES, Config, ConfigError, HttpSettings, load_config
-from trainsentry.shard import Shard
+from trainsentry.sources.shard import Shard
 
 EXAMPLE = Path(__file__).parent.parent / "deploy" / "trainsentry.example.yaml"
 EXAMPLE_ENV = {

@@ -14,8 +14,8 @@ from daemon_process import DaemonProcess
 from in_process import into
 
 from trainsentry.point import Point
-from trainsentry.runtime import Daemon
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon
+from trainsentry.state.db import StateDB
 
 HERE = Path(__file__).parent
 N = 400

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pty_process import TtyBuffer, plain, terminal_env
 
+from trainsentry.alert import Transition
 from trainsentry.http_api import (
     ApiServer,
     DaemonSnapshot,
@@ -30,18 +31,17 @@ from trainsentry.http_api import (
     StatusError,
     fetch_status,
     is_loopback,
-    render_status,
     runs_of_store,
 )
-from trainsentry.http_api.status import base_url, format_age, loaded
+from trainsentry.http_api.client import base_url
+from trainsentry.http_api.metrics import inotify_watches
 from trainsentry.http_api.view import alerts_document, runs_document
-from trainsentry.metrics import inotify_watches
 from trainsentry.point import Point
-from trainsentry.rules.lifecycle import Transition
-from trainsentry.runtime import Stats
-from trainsentry.sinks import console
+from trainsentry.runtime.loop import Stats
+from trainsentry.runtime.systemd import Heartbeat, health_limit
 from trainsentry.store import Store
-from trainsentry.systemd import Heartbeat, health_limit
+from trainsentry.terminal import render as console
+from trainsentry.terminal.plain import format_age, loaded, render_status
 
 NOW = 1_800_000_000.0
 

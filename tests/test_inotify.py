@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from in_process import following, read_until, write_points
 
-from trainsentry import runtime
-from trainsentry.inotify import Changes, InotifyTree
+from trainsentry.runtime import loop as runtime
 from trainsentry.sources.discover import Root
-from trainsentry.watcher_watchdog import WatchdogWatcher
+from trainsentry.watching.inotify import InotifyTree
+from trainsentry.watching.watchdog_backend import WatchdogWatcher
+from trainsentry.watching.watcher import Changes
 
 
 def append(path: Path, text: str = "x\n") -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from daemon_process import live_alerts, replayed_alerts
 
+from trainsentry.alert import Transition
+from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point, Row, points_of
-from trainsentry.reading import iter_points
-from trainsentry.replay import replay_transitions
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
-from trainsentry.runtime import Daemon
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon
+from trainsentry.sources.reading import iter_points
+from trainsentry.state.db import StateDB
 
 HERE = Path(__file__).parent
 

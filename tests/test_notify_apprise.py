@@ -11,10 +11,11 @@ import pytest
 from notify_endpoints import HttpReceiver, SmtpReceiver
 from test_notify_grouping import Harness, transition
 
-from trainsentry.alerts.route import Route, RouteError, mask_url, parse_notify
+from trainsentry.alerts.route import Route, RouteError, parse_notify
 from trainsentry.point import Point
 from trainsentry.sinks.apprise_sink import AppriseSink, classify_failure
 from trainsentry.sinks.base import Message
+from trainsentry.sinks.masking import mask_url
 from trainsentry.store import Store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from trainsentry.alert import Transition
 from trainsentry.alerts.grouping import backoff, rate_allowed_at
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.alerts.route import Route
 from trainsentry.point import Point
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.sinks.base import Message, SendResult
 from trainsentry.store import Store
 

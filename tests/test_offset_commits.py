@@ -8,10 +8,10 @@ from typing import BinaryIO
 import pytest
 from in_process import following, into, read_until, write_points
 
-from trainsentry import runtime
 from trainsentry.point import Point, Row
-from trainsentry.runtime import Daemon
-from trainsentry.state import StateDB
+from trainsentry.runtime import loop as runtime
+from trainsentry.runtime.loop import Daemon
+from trainsentry.state.db import StateDB
 
 
 def committed(state_dir: Path, log: Path) -> int:

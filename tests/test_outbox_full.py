@@ -18,7 +18,7 @@ from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.outbox import Entry, Outbox
 from trainsentry.alerts.route import Route
 from trainsentry.sinks.base import SendResult
-from trainsentry.state_writes import WriteTrouble
+from trainsentry.state.disk_full import WriteTrouble
 
 ROUTE = Route("apprise", "json://127.0.0.1:1/hook", group_wait=0.0, rate_limit=None)
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import trainsentry_probe
-from trainsentry.reading import iter_points
 from trainsentry.rules.aliases import Aliases
+from trainsentry.sources.reading import iter_points
 
 RULES = "default"
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
+from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point
-from trainsentry.replay import replay_transitions
 from trainsentry.rules.loader import load_rules
 
 PACK = load_rules()

@@ -12,14 +12,14 @@ import pytest
 from in_process import into
 from pty_process import TtyBuffer, plain, screen_lines, terminal_env
 
-from trainsentry import runtime
+from trainsentry.alert import Transition
 from trainsentry.point import Point, Row, points_of
-from trainsentry.progress import BackfillReporter, human_count
-from trainsentry.rules.lifecycle import Transition
-from trainsentry.runtime import Backfill, Daemon
-from trainsentry.sinks.terminal import AlertPrinter
+from trainsentry.runtime import loop as runtime
+from trainsentry.runtime.loop import Daemon
 from trainsentry.sources import tail
-from trainsentry.state import StateDB
+from trainsentry.state.db import StateDB
+from trainsentry.terminal.printer import AlertPrinter
+from trainsentry.terminal.progress import Backfill, BackfillReporter, human_count
 
 
 class Clock:

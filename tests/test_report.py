@@ -92,7 +92,7 @@ def test_compare_rules_needs_report(logs: Path) -> None:
 
 
 def test_downsample_is_bounded_and_keeps_spikes_and_nans() -> None:
-    from trainsentry.report.data import downsample
+    from trainsentry.backtest.data import downsample
 
     points = [(s, 1.0) for s in range(100_000)]
     points[5_000] = (5_000, 1e6)

@@ -20,8 +20,8 @@ from test_probe_rules import FAULTS as PROBE_FAULTS
 from test_probe_rules import PROBE_RULES
 from test_rules_notation import WALL0
 
+from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point
-from trainsentry.replay import replay_transitions
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
 

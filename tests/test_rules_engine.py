@@ -9,8 +9,8 @@ import math
 import pytest
 from test_rules_notation import WALL0, evaluate, merge, points, ruleset, timeline
 
+from trainsentry.backtest.replay import replay
 from trainsentry.point import Point, Row, points_of
-from trainsentry.replay import replay
 from trainsentry.rules.aliases import Aliases
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
@@ -362,7 +362,7 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     import random
 
     from trainsentry.alerts.grouping import FiringBook
-    from trainsentry.snapshot import dump, load
+    from trainsentry.runtime.restart import dump, load
 
     rng = random.Random(7)
     pts: list[Point] = []

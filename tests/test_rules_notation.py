@@ -14,9 +14,9 @@ import textwrap
 
 import pytest
 
+from trainsentry.alert import Transition
 from trainsentry.point import Point
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import parse_text
 from trainsentry.rules.model import RuleSet
 from trainsentry.rules.notation import NotationError, samples, slots, values

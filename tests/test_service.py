@@ -15,9 +15,9 @@ from daemon_process import DaemonProcess
 from in_process import into
 
 from trainsentry.point import Point
-from trainsentry.runtime import Daemon
-from trainsentry.shard import parse_shard
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon
+from trainsentry.sources.shard import parse_shard
+from trainsentry.state.db import StateDB
 
 RULE = """\
 rules:

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from trainsentry.shard import ALL, Shard, ShardError, parse_shard, shard_of
+from trainsentry.sources.shard import ALL, Shard, ShardError, parse_shard, shard_of
 
 RUNS = [f"team{t}/exp{e}/seed{s}" for t in range(5) for e in range(40) for s in range(5)]
 
@@ -57,7 +57,7 @@ def test_the_owner_is_pinned_so_an_upgrade_cannot_move_runs() -> None:
 
 def test_the_owner_is_the_same_in_another_process() -> None:
     # hash() is salted per process; a stable hash must not be.
-    code = "from trainsentry.shard import shard_of; print(shard_of('exp1/seed0', 7))"
+    code = "from trainsentry.sources.shard import shard_of; print(shard_of('exp1/seed0', 7))"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

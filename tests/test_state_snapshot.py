@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import pytest
 
-from trainsentry.state import SNAPSHOT_FILE, Checkpoint, StateDB
+from trainsentry.state.db import SNAPSHOT_FILE, Checkpoint, StateDB
 
 
 def positions() -> list[Checkpoint]:
@@ -60,7 +60,7 @@ def test_a_damaged_or_unreadable_snapshot_reads_as_none(
     assert state.load_snapshot("v1") is None
     (tmp_path / SNAPSHOT_FILE).unlink()
     (tmp_path / SNAPSHOT_FILE).mkdir()  # cannot be opened as a file (root reads any mode)
-    with caplog.at_level(logging.WARNING, logger="trainsentry.state"):
+    with caplog.at_level(logging.WARNING, logger="trainsentry.state.db"):
         assert state.load_snapshot("v1") is None
     assert "cannot read the saved alert state" in caplog.text
     state.close()

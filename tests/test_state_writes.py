@@ -6,8 +6,8 @@ import io
 import sqlite3
 from pathlib import Path
 
-from trainsentry.state import Checkpoint
-from trainsentry.state_writes import HeldState, WriteTrouble
+from trainsentry.state.db import Checkpoint
+from trainsentry.state.disk_full import HeldState, WriteTrouble
 
 FULL = sqlite3.OperationalError("database or disk is full")
 

@@ -191,7 +191,7 @@ def test_a_step_beyond_64_bits_is_kept_at_the_limit_instead_of_failing() -> None
 def test_a_series_no_rule_reads_keeps_a_short_window_and_the_judged_one_its_full() -> None:
     from trainsentry.rules.engine import Engine
     from trainsentry.rules.loader import load_rules
-    from trainsentry.store import SIDE_RECENT
+    from trainsentry.store.runs import SIDE_RECENT
 
     store = Store(recent_size=500, judged=Engine(load_rules()).reads)
     for step in range(1000):

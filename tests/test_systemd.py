@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainsentry.systemd import (
+from trainsentry.runtime.systemd import (
     STUCK_EXIT_STATUS,
     Heartbeat,
     StuckLoopGuard,
@@ -163,7 +163,7 @@ def test_a_stuck_process_exits_by_itself_so_its_supervisor_restarts_it() -> None
     child = textwrap.dedent(
         """
         import threading
-        from trainsentry.systemd import Heartbeat, StuckLoopGuard
+        from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard
         guard = StuckLoopGuard(Heartbeat(), limit=0.2, check_every=0.02)
         guard.start()
         threading.Event().wait()  # the main loop, stuck for good

@@ -11,7 +11,7 @@ import pytest
 
 from trainsentry.sources.discover import Root
 from trainsentry.sources.tail import FileTail
-from trainsentry.state import Checkpoint, StateDB
+from trainsentry.state.db import Checkpoint, StateDB
 
 
 def line(step: int, loss: float) -> bytes:

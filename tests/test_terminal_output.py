@@ -21,10 +21,10 @@ from daemon_process import DaemonProcess
 from notify_endpoints import free_port
 from pty_process import PtyProcess, TtyBuffer, plain, terminal_env
 
-from trainsentry.replay import format_text
-from trainsentry.rules.lifecycle import Transition
-from trainsentry.sinks import console
-from trainsentry.sinks.terminal import AlertPrinter
+from trainsentry.alert import Transition
+from trainsentry.terminal import render as console
+from trainsentry.terminal.plain import format_text
+from trainsentry.terminal.printer import AlertPrinter
 
 RED, YELLOW, DIM = "\x1b[1;31m", "\x1b[33m", "\x1b[2m"
 NOW = time.time()

@@ -10,12 +10,13 @@ import pytest
 from in_process import into, read_until, write_points
 from watchdog.observers.api import BaseObserver
 
-from trainsentry import runtime
-from trainsentry.inotify import InotifyTree
 from trainsentry.point import Point
-from trainsentry.runtime import DEFAULT_POLL_SECONDS, SAFETY_SWEEP_SECONDS, Daemon
-from trainsentry.state import StateDB
-from trainsentry.watcher import inotify_watches, limit_advice, new_watcher, watch_shortfall
+from trainsentry.runtime import loop as runtime
+from trainsentry.runtime.loop import DEFAULT_POLL_SECONDS, SAFETY_SWEEP_SECONDS, Daemon
+from trainsentry.state.db import StateDB
+from trainsentry.watching import new_watcher
+from trainsentry.watching.inotify import InotifyTree
+from trainsentry.watching.kernel import inotify_watches, limit_advice, watch_shortfall
 
 
 def tree(root: Path) -> Path:

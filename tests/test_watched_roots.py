@@ -9,10 +9,10 @@ from pathlib import Path
 from daemon_process import DaemonProcess, live_alerts, replayed_alerts
 
 from trainsentry.point import Row
-from trainsentry.reading import iter_points
-from trainsentry.runtime import Daemon
-from trainsentry.shard import Shard
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon
+from trainsentry.sources.reading import iter_points
+from trainsentry.sources.shard import Shard
+from trainsentry.state.db import StateDB
 
 STOP_RULES = """\
 version: 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainsentry.watcher import filesystem_type
+from trainsentry.watching.kernel import filesystem_type
 
 MOUNTS = """\
 /dev/vda / ext4 rw,relatime 0 0

@@ -76,7 +76,7 @@ def _routes(args: argparse.Namespace, config: Config | None = None) -> list[Rout
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from trainsentry.reading import iter_batches
+    from trainsentry.sources.reading import iter_batches
 
     paths = _existing(args.paths)
     out = sys.stdout
@@ -141,7 +141,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from trainsentry.demo import run_demo
+    from trainsentry.runtime.demo import run_demo
 
     keep = Path(args.keep) if args.keep else None
     if keep is not None and keep.exists() and any(keep.iterdir()):
@@ -152,8 +152,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from trainsentry.reading import iter_points
-    from trainsentry.replay import replay
+    from trainsentry.backtest.replay import replay
+    from trainsentry.sources.reading import iter_points
 
     paths = _existing(args.paths)
     rules = _load_rules(args.rules)
@@ -164,7 +164,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.compare_rules and not args.report:
         raise UsageError("--compare-rules needs --report FILE.html")
     if args.report:
-        from trainsentry.report import build_report, write_report
+        from trainsentry.backtest.report import build_report, write_report
 
         compare = _load_rules(args.compare_rules) if args.compare_rules else None
         text = build_report(
@@ -185,7 +185,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _run_config(args: argparse.Namespace) -> Config:
     """The config file (or embedded defaults), then the flags given on the command line."""
     from trainsentry.config import ConfigError, HttpSettings, load_config
-    from trainsentry.shard import ShardError, parse_shard
+    from trainsentry.sources.shard import ShardError, parse_shard
 
     try:
         config = load_config(args.config)
@@ -236,7 +236,7 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from trainsentry.service import Service, ServiceError
+    from trainsentry.runtime.service import Service, ServiceError
 
     config = _run_config(args)
     _load_rules(list(config.rules))  # the same errors and summary line as replay, before any I/O
@@ -260,14 +260,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from trainsentry.http_api import StatusError, fetch_status, render_status
+    from trainsentry.http_api import StatusError, fetch_status
 
     try:
         runs, alerts = fetch_status(args.address, os.environ.get("TRAINSENTRY_HTTP_TOKEN"))
     except StatusError as exc:
         raise UsageError(str(exc)) from None
-    from trainsentry.http_api.status import loaded
-    from trainsentry.sinks import console
+    from trainsentry.terminal import render as console
+    from trainsentry.terminal.plain import loaded, render_status
 
     if console.is_rich(sys.stdout):
         console.print_status(console.console_for(sys.stdout), *loaded(runs, alerts))
@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("watchdog").setLevel(logging.WARNING)
-    from trainsentry.sinks import console  # rich itself is imported only when drawing
+    from trainsentry.terminal import render as console  # rich itself is imported only when drawing
 
     console.set_color(getattr(args, "color", "auto"))
     try:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainsentry.rules.lifecycle import Transition
+from trainsentry.alert import Transition
 from trainsentry.store import Store
 
 POINTS_PER_SERIES = 500

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsentry.actions.stop_file import stop_file_path, write_stop_file
+from trainsentry.alert import Transition
 from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.grouping import Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
@@ -30,7 +31,6 @@ from trainsentry.alerts.message import link_for
 from trainsentry.alerts.outbox import Entry, Outbox
 from trainsentry.alerts.route import Route
 from trainsentry.rules import model as m
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.sinks.base import Sink
 from trainsentry.store import Store
 

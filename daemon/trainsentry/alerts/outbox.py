@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from trainsentry.alerts.held import Held, HeldRow
-from trainsentry.state import Transaction, connect
-from trainsentry.state_writes import WriteTrouble, is_unwritable, rollback
+from trainsentry.state.db import Transaction, connect
+from trainsentry.state.disk_full import WriteTrouble, is_unwritable, rollback
 
 KEEP_SENT_SECONDS = 7 * 86400.0  # confirmed rows kept this long (dedup across restarts)
 

@@ -18,16 +18,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from trainsentry.sinks.alertmanager import RESEND_SECONDS as ALERTMANAGER_RESEND_SECONDS
+from trainsentry.sinks.masking import mask_url
 
 RouteKind = Literal["apprise", "alertmanager", "command"]
 SEVERITY_RANK = {"warning": 1, "critical": 2}
 
 GROUP_WAIT_SECONDS = 30.0
 REPEAT_INTERVAL_SECONDS = 4 * 3600.0
-# Alertmanager forgets an alert at its endsAt; a firing one is re-sent this often
-# and asserted valid for four times as long (Prometheus' resend delay and factor).
-ALERTMANAGER_RESEND_SECONDS = 60.0
 RATE_LIMIT = (10, 600.0)  # messages per seconds, per receiver
 SEND_TIMEOUT_SECONDS = 10.0
 
@@ -120,25 +120,3 @@ def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Rout
         # default); one resolved before then, as after an outage, never pages at all.
         hold_resolve=ALERTMANAGER_RESEND_SECONDS,
     )
-
-
-def mask_url(url: str) -> str:
-    """A URL fit for logs: password, token-like path segments and the query hidden.
-
-    Applied on top of apprise's own privacy form (`url(privacy=True)`), which
-    masks each service's known secrets but shows a generic webhook's path, and
-    a path is where many webhooks keep their token.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "****"
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}:****@{host}" if ":" in user else f"****@{host}"
-    path = "/".join(
-        "****" if len(seg) >= 12 and re.search(r"\d", seg) and "*" not in seg else seg
-        for seg in parts.path.split("/")
-    )
-    return urlunsplit((parts.scheme, netloc, path, "…" if parts.query else "", ""))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainsentry.alert import Transition
 from trainsentry.alerts.dispatch import render
 from trainsentry.alerts.incident import write_bundle
 from trainsentry.alerts.message import link_for
@@ -21,7 +22,6 @@ from trainsentry.alerts.notifier import make_sink
 from trainsentry.alerts.outbox import Pending
 from trainsentry.alerts.route import Route
 from trainsentry.point import Point
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.sinks.base import SendResult
 from trainsentry.store import Store
 

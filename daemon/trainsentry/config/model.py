@@ -23,7 +23,7 @@ from trainsentry.alerts.route import (
     Route,
 )
 from trainsentry.config.schema import DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT
-from trainsentry.shard import ALL, Shard
+from trainsentry.sources.shard import ALL, Shard
 
 
 @dataclass(frozen=True, slots=True)

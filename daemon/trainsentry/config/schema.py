@@ -33,7 +33,7 @@ from pydantic import (
 
 from trainsentry.rules.model import Span
 from trainsentry.rules.schema import Strict
-from trainsentry.shard import ALL, Shard, ShardError, parse_shard
+from trainsentry.sources.shard import ALL, Shard, ShardError, parse_shard
 
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 9465

@@ -28,8 +28,8 @@ from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
+from trainsentry.http_api.metrics import make_registry
 from trainsentry.http_api.view import DaemonView, alerts_document, runs_document
-from trainsentry.metrics import make_registry
 
 log = logging.getLogger(__name__)
 

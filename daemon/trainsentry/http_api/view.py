@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.rules.lifecycle import Transition
+from trainsentry.alert import Transition
 
 
 @dataclass(frozen=True, slots=True)

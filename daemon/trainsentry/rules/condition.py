@@ -14,9 +14,9 @@ from array import array
 from collections.abc import Iterable
 from typing import Protocol
 
-from trainsentry.buffers import NO_SHRINK, cut_front
 from trainsentry.rules.model import Span
 from trainsentry.rules.packed import Packed
+from trainsentry.store.buffers import NO_SHRINK, cut_front
 
 
 class OtherSeries:

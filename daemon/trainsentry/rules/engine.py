@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainsentry.alert import Severity, State, Transition
 from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
@@ -38,7 +39,6 @@ from trainsentry.rules.lifecycle import (
     INACTIVE,
     RESOLVED,
     Lifecycle,
-    Transition,
 )
 from trainsentry.rules.model import QUIET
 from trainsentry.rules.pattern import GrowthCondition, SpikeCondition
@@ -89,7 +89,7 @@ class Alert:
     canonical: str
     condition: Any  # an Evaluator, or a NoDataClock for run-level rules
     lifecycle: Lifecycle
-    shown: str | None = None  # severity last emitted as firing; None when not shown
+    shown: Severity | None = None  # severity last emitted as firing; None when not shown
     holding: bool = False  # the condition's latest verdict holds the alarm (not the latch)
     last_step: int = -(2**62)
     value: float = math.nan
@@ -97,7 +97,7 @@ class Alert:
     # firing on an idle run renders the same every second (the HTTP snapshot)
     view: tuple[tuple[int, float, str], Transition] | None = None
 
-    def severity(self) -> str:
+    def severity(self) -> Severity:
         escalated = self.lifecycle.level >= m.CRITICAL
         return "critical" if escalated or self.rule.severity == "critical" else "warning"
 
@@ -486,12 +486,12 @@ class Engine:
     def _transition(
         self,
         alert: Alert,
-        state: str,
-        severity: str | None,
+        state: State,
+        severity: Severity | None,
         step: int,
         wall: float,
         reason: str | None,
-        escalated_from: str | None,
+        escalated_from: Severity | None,
     ) -> Transition:
         rule = alert.rule
         if state == "resolved":

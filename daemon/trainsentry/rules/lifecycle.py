@@ -17,7 +17,7 @@ page, un-page and page again.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trainsentry.rules.model import ACTIVE, HELD, QUIET, Span
 
@@ -119,55 +119,3 @@ class Lifecycle:
 
 def _elapsed(later: float, earlier: float) -> float:
     return later - earlier if math.isfinite(later) and math.isfinite(earlier) else 0.0
-
-
-def _json_number(value: float) -> float | str:
-    # JSON has no NaN or infinity; a non-finite value is itself the evidence, so keep it as text
-    return value if math.isfinite(value) else str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One change an alert went through, as the outbox and `replay` see it."""
-
-    run: str
-    rule: str
-    severity: str
-    state: str  # "firing" | "resolved"
-    step: int
-    wall_time: float
-    metric: str  # the raw tag, as the writer named it
-    value: float
-    message: str
-    canonical: str = ""
-    family: str = ""
-    reason: str | None = None  # for resolved: recovered, run finished, data stopped, ...
-    escalated_from: str | None = None
-    runbook: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        """Alert identity: the same across an escalation and its resolve."""
-        return (self.run, self.rule, self.metric)
-
-    def as_dict(self) -> dict[str, object]:
-        """The alert line of DESIGN.md, plus optional keys where they say something."""
-        out: dict[str, object] = {
-            "run": self.run,
-            "rule": self.rule,
-            "severity": self.severity,
-            "state": self.state,
-            "step": self.step,
-            "wall_time": self.wall_time if math.isfinite(self.wall_time) else None,
-            "metric": self.metric,
-            "value": _json_number(self.value),
-            "message": self.message,
-            "canonical": self.canonical,
-            "family": self.family,
-            "labels": dict(self.labels),
-        }
-        for key in ("reason", "escalated_from", "runbook"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out

@@ -15,10 +15,10 @@ import math
 from array import array
 from collections import deque
 
-from trainsentry.buffers import NO_SHRINK, cut_front
 from trainsentry.rules.condition import RunView, axis, fmt, median
 from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise, Span
 from trainsentry.rules.packed import Packed
+from trainsentry.store.buffers import NO_SHRINK, cut_front
 
 BUCKETS = 128  # a plateau window's resolution: its edges move a 128th of it at a time
 

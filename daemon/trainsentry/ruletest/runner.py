@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from trainsentry.alert import Transition
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.ruletest.spec import Case, ExpectedAlert, ExpectedTransition, TestFile
 
 

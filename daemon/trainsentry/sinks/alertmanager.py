@@ -22,10 +22,13 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any
 
-from trainsentry.alerts.route import ALERTMANAGER_RESEND_SECONDS, mask_url
 from trainsentry.sinks.base import Message, SendResult
+from trainsentry.sinks.masking import mask_url
 
-VALID_FOR_SECONDS = 4 * ALERTMANAGER_RESEND_SECONDS
+# Alertmanager forgets an alert at its endsAt; a firing one is re-sent this often
+# and asserted valid for four times as long (Prometheus' resend delay and factor).
+RESEND_SECONDS = 60.0
+VALID_FOR_SECONDS = 4 * RESEND_SECONDS
 
 
 def iso(ts: float) -> str:

@@ -23,8 +23,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from trainsentry.alerts.route import mask_url
 from trainsentry.sinks.base import Message, SendResult
+from trainsentry.sinks.masking import mask_url, scheme_only
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def unknown_url(url: str) -> str | None:
     The one check behind both `notify-test` and the routes of `run`, so a typo
     is refused at startup instead of every notification failing later.
     """
-    return None if _service(url) is not None else f"{url.split('://', 1)[0]}://(not an apprise URL)"
+    return None if _service(url) is not None else scheme_only(url, "(not an apprise URL)")
 
 
 class AppriseSink:

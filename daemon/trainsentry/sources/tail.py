@@ -29,7 +29,7 @@ from trainsentry.point import Point, Row, points_of
 from trainsentry.sources.base import Decoded, Decoder
 from trainsentry.sources.discover import LogFile
 from trainsentry.sources.formats import new_decoder
-from trainsentry.state import Checkpoint
+from trainsentry.state.db import Checkpoint
 
 _new = tuple.__new__
 FINGERPRINT_BYTES = 64

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from trainsentry.rules.lifecycle import Transition
-from trainsentry.shutdown import signals_deferred
+from trainsentry.alert import Transition
+from trainsentry.stop_signals import signals_deferred
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -185,7 +185,7 @@ def print_status(
     from rich.table import Table
     from rich.text import Text
 
-    from trainsentry.http_api.status import format_age, summary_line
+    from trainsentry.terminal.plain import format_age, summary_line
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("RUN", style="cyan", overflow="fold")

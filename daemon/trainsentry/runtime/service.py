@@ -16,24 +16,25 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from trainsentry import __version__, snapshot
+from trainsentry import __version__
+from trainsentry.alert import Transition
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import runs_of_store
 from trainsentry.point import Row, points_of
-from trainsentry.progress import BackfillReporter
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
-from trainsentry.runtime import Daemon
-from trainsentry.shutdown import on_stop, signals_deferred
-from trainsentry.silence_clock import SilenceClock
-from trainsentry.sinks.terminal import AlertPrinter
-from trainsentry.state_writes import HeldState, WriteTrouble
+from trainsentry.runtime import restart as snapshot
+from trainsentry.runtime.loop import Daemon
+from trainsentry.runtime.silence_clock import SilenceClock
+from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
+from trainsentry.state.disk_full import HeldState, WriteTrouble
+from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
-from trainsentry.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
+from trainsentry.terminal.printer import AlertPrinter
+from trainsentry.terminal.progress import BackfillReporter
 
 log = logging.getLogger(__name__)
 

@@ -11,18 +11,18 @@ command line feeds them as they come (order="input"). Points from elsewhere
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from typing import Literal, TextIO
 
+from trainsentry.alert import Transition
 from trainsentry.point import Point
-from trainsentry.reading import wall_order
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.model import RuleSet
+from trainsentry.sources.reading import wall_order
+from trainsentry.terminal.plain import format_text
 
-__all__ = ["RuleFileError", "format_text", "load_rules", "replay", "replay_transitions"]
+__all__ = ["RuleFileError", "load_rules", "replay", "replay_transitions"]
 
 
 def replay_transitions(
@@ -37,19 +37,6 @@ def replay_transitions(
     out = engine.feed_all(feed)
     out.extend(engine.finish_all())
     return out
-
-
-def format_text(t: Transition) -> str:
-    """One timeline line: when, where, what, and why."""
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.wall_time)) if t.wall_time > 0 else "-"
-    state = t.state.upper() if t.state != "firing" or not t.escalated_from else "ESCALATED"
-    line = (
-        f"{when}  {t.run}  step {t.step:>8}  {state:<9} {t.severity:<8} {t.rule}  "
-        f"[{t.metric}]  {t.message}"
-    )
-    if t.state == "firing" and t.runbook:
-        line += f"\n{'':>20}runbook: {t.runbook}"
-    return line
 
 
 def replay(
@@ -69,7 +56,7 @@ def replay(
         raise ValueError(f"unknown format {fmt!r}; expected jsonl or text")
     transitions = replay_transitions(points, rules, order=order)
     if fmt == "text":
-        from trainsentry.sinks import console
+        from trainsentry.terminal import render as console
 
         if console.is_rich(out):
             console.print_replay(console.console_for(out), transitions)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from trainsentry.alerts.notifier import threshold_of
-from trainsentry.report.data import (
+from trainsentry.backtest.data import (
     RunData,
     aliases_for,
     downsample,
@@ -23,7 +23,7 @@ from trainsentry.report.data import (
     plotted_tags,
     summarize,
 )
-from trainsentry.report.plots import render_series
+from trainsentry.backtest.plots import render_series
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases
 
@@ -136,7 +136,7 @@ def transitions_table(run: RunData) -> str:
         "<th>metric</th><th>message</th></tr>"
     ]
     for t in run.transitions[:MAX_ROWS]:
-        state = "escalated" if t.escalated_from else t.state
+        state: str = "escalated" if t.escalated_from else t.state
         if t.state == "resolved" and t.reason:
             state += f" ({t.reason})"
         css = "resolved" if t.state == "resolved" else ""

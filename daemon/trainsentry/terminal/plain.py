@@ -1,80 +1,32 @@
-"""`trainsentry status`: the running daemon's runs and alerts as a terminal table.
+"""The plain lines: what journald, files, CI logs, grep and users' scripts read.
 
-The client asks the daemon over its HTTP API rather than opening the state
-database: the daemon is the only one that knows what is in memory (last
-steps, firing alerts), the database may sit in a StateDirectory the operator
-cannot read, and the same command works against a daemon in a container or
-on another node.
-
-Rendering is a pure function of the two JSON documents, so it is tested
-without a daemon; plain lines here pipe cleanly into grep and scripts, and
-a terminal gets the rich table of sinks/console.py.
+Off a terminal (or with `--color never`) every command prints these; they are a
+contract, so they change only on purpose. On a terminal render.py draws the
+same facts with rich. Pure functions of a transition or of the HTTP API's JSON
+documents, so they are tested without a daemon.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from trainsentry.http_api.server import DEFAULT_HOST, DEFAULT_PORT
+from trainsentry.alert import Transition
 
 
-class StatusError(Exception):
-    """The daemon could not be asked; the message says why and what to check."""
-
-
-def base_url(address: str) -> str:
-    """`HOST:PORT`, `:PORT`, `HOST` or a full `http(s)://` URL → the API's base URL."""
-    address = address.strip()
-    if address.startswith(("http://", "https://")):
-        return address.rstrip("/")
-    host, sep, port = address.rpartition(":")
-    if not sep or "]" in port:  # no port given ("localhost", "[::1]")
-        host, port = address, str(DEFAULT_PORT)
-    host = host or DEFAULT_HOST
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def _get(url: str, token: str | None, timeout: float) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    # No proxy: cluster nodes often set http_proxy, and the daemon is local or on the LAN.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            hint = "a wrong token" if token else "no token given"
-            raise StatusError(
-                f"{url}: the daemon wants a bearer token ({hint}); "
-                "set TRAINSENTRY_HTTP_TOKEN or pass --token"
-            ) from None
-        raise StatusError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        reason = getattr(exc.reason, "strerror", None) or exc.reason
-        raise StatusError(
-            f"no trainsentry daemon answers at {url} ({reason}); is it running, "
-            "and is its HTTP address (http.address in the config, --http) this one?"
-        ) from None
-    except (TimeoutError, OSError) as exc:
-        raise StatusError(f"{url}: {exc}") from None
-    except ValueError:
-        raise StatusError(f"{url}: the answer is not JSON; is this a trainsentry daemon?") from None
-
-
-def fetch_status(
-    address: str, token: str | None = None, *, timeout: float = 5.0
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(`/api/runs`, `/api/alerts`) of the daemon at `address`; raises StatusError."""
-    base = base_url(address)
-    return _get(f"{base}/api/runs", token, timeout), _get(f"{base}/api/alerts", token, timeout)
+def format_text(t: Transition) -> str:
+    """One timeline line: when, where, what, and why."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.wall_time)) if t.wall_time > 0 else "-"
+    state = t.state.upper() if t.state != "firing" or not t.escalated_from else "ESCALATED"
+    line = (
+        f"{when}  {t.run}  step {t.step:>8}  {state:<9} {t.severity:<8} {t.rule}  "
+        f"[{t.metric}]  {t.message}"
+    )
+    if t.state == "firing" and t.runbook:
+        line += f"\n{'':>20}runbook: {t.runbook}"
+    return line
 
 
 def format_age(seconds: float | None) -> str:
@@ -118,7 +70,7 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
     """The runs table and the firing alerts' messages, as plain lines for pipes and scripts.
 
     One row per run, sorted by name; a run with several firing alerts gets one
-    extra line per alert. (On a terminal, sinks/console.py draws the same.)
+    extra line per alert. (On a terminal, render.py draws the same.)
     """
     runs, alerts = loaded(api_runs_json, api_alerts_json)
     rows: list[tuple[str, str, str, str, str]] = []  # run, step, age, severity, what

@@ -12,14 +12,26 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TextIO
 
-from trainsentry.runtime import Backfill
-from trainsentry.shutdown import signals_deferred
-from trainsentry.sinks import console
+from trainsentry.stop_signals import signals_deferred
+from trainsentry.terminal import render as console
 
 PROGRESS_LOG_SECONDS = 5.0  # a line this often on a log
 PROGRESS_TTY_SECONDS = 0.2  # the bar is redrawn this often at most
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """How far the startup read is, for a progress line: files read to their end so far."""
+
+    files_done: int
+    files_total: int
+    points: int
+    seconds: float
+    done: bool
+    stopped: bool = False  # the daemon stopped before it caught up; the rest is read next start
 
 
 def human_count(n: int) -> str:

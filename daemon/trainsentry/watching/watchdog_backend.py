@@ -28,8 +28,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from trainsentry.inotify import Changes
-from trainsentry.watcher import Watcher
+from trainsentry.watching.watcher import Changes, Watcher
 
 # watchdog warns when a directory tree is created faster than it adds watches
 # (nested makedirs): harmless, the watch is replaced, and not the user's concern.

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from trainsentry import __version__
 from trainsentry.http_api.view import DaemonSnapshot, DaemonView
-from trainsentry.watcher import inotify_watch_limit, inotify_watches
+from trainsentry.watching.kernel import inotify_watch_limit, inotify_watches
 
 __all__ = ["DaemonCollector", "inotify_watch_limit", "inotify_watches", "make_registry"]
 

@@ -42,8 +42,8 @@ from trainsentry.rules.engine import Engine
 log = logging.getLogger(__name__)
 
 
-_PACKAGE = Path(__file__).resolve().parent
-_PICKLED_MODULES = ("snapshot.py", "point.py", "rules", "alerts/grouping.py")
+_PACKAGE = Path(__file__).resolve().parents[1]
+_PICKLED_MODULES = ("runtime/restart.py", "point.py", "rules", "alerts/grouping.py")
 
 
 def code_digest() -> str:

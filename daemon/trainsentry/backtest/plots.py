@@ -16,9 +16,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from trainsentry.alert import Transition
 from trainsentry.alerts.plot import _LOCK, _spans_decades
-from trainsentry.report.data import FiringSpan, growth_fit
-from trainsentry.rules.lifecycle import Transition
+from trainsentry.backtest.data import FiringSpan, growth_fit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from trainsentry.alert import Transition
 from trainsentry.point import Point
 from trainsentry.rules.aliases import Aliases
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.model import RuleSet
 
 MAX_POINTS = 2000  # per plotted series

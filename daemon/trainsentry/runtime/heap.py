@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainsentry.libc import LIBC
+from trainsentry.watching.libc import LIBC
 
 _trim: Callable[[int], int] | None = getattr(LIBC, "malloc_trim", None)  # glibc only
 

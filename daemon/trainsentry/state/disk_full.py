@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry.shutdown import signals_deferred
-from trainsentry.state import Checkpoint, StateDB
+from trainsentry.state.db import Checkpoint, StateDB
+from trainsentry.stop_signals import signals_deferred
 
 REMIND_SECONDS = 600.0
 # SQLITE_FULL, SQLITE_IOERR (a write the OS refused: EFBIG under RLIMIT_FSIZE),

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainsentry.report.data import RunData
-from trainsentry.report.page import esc, sev
+from trainsentry.backtest.data import RunData
+from trainsentry.backtest.page import esc, sev
 
 
 @dataclass(frozen=True, slots=True)

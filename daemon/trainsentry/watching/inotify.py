@@ -8,14 +8,14 @@ event, and the GIL handed back and forth between those threads and the loop
 that reads the files). The loop needs only *which paths changed*: one
 read() returns every queued event, struct parses them, and the thread that
 reads the files waits on the descriptor itself. watchdog stays for the
-platforms without inotify (watcher.py).
+platforms without inotify (watchdog_backend.py).
 
 Watches are added per directory (inotify is not recursive): the tree at
 `add_tree`, and each directory created or moved in when its event is read,
 before the daemon lists it, so nothing written into it is missed. Like the
 daemon's sweep, the walk leaves out .git and the daemon's control directory
 and does not follow symlinks, so watches and walked directories can be
-compared to detect the kernel's watch limit (watcher.py).
+compared to detect the kernel's watch limit (kernel.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ import ctypes
 import os
 import select
 import struct
+import time
+from pathlib import Path
 
-from trainsentry.libc import LIBC
 from trainsentry.sources.discover import CONTROL_DIR
+from trainsentry.watching.libc import LIBC
+from trainsentry.watching.watcher import Changes, Watcher
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -70,21 +73,6 @@ def _check(result: int, what: str) -> int:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
     return result
-
-
-class Changes:
-    """Paths changed since the last read; `overflow`: the kernel dropped events."""
-
-    __slots__ = ("dirs", "files", "overflow", "relinked")
-
-    def __init__(self) -> None:
-        self.files: set[str] = set()
-        self.dirs: set[str] = set()
-        self.overflow = False
-        # files named by more than a write (created, moved, deleted, chmod), and
-        # directories moved or deleted: the file at such a path (or below such a
-        # directory) may no longer be the one a tail has open (runtime.py)
-        self.relinked: set[str] = set()
 
 
 class InotifyTree:
@@ -263,3 +251,39 @@ class InotifyTree:
             self._paths.clear()
             self._named.clear()
             self._lost.clear()
+
+
+class InotifyWatcher(Watcher):
+    """inotify read on the calling thread: no thread of its own (see inotify.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tree: InotifyTree | None = None
+        self._held = Changes()  # read by catch_up, handed out by the next take
+
+    def _start(self) -> None:
+        self._tree = InotifyTree()
+
+    def _add(self, root: Path) -> None:
+        assert self._tree is not None
+        self._tree.add_tree(str(root))
+
+    def wait(self, timeout: float) -> bool:
+        if self._tree is None:
+            time.sleep(timeout)
+            return False
+        return self._tree.wait(timeout)
+
+    def take(self) -> Changes:
+        changes, self._held = self._held, Changes()
+        return changes if self._tree is None else self._tree.read(changes)
+
+    def catch_up(self) -> None:
+        """New directories are watched when their events are read, on this thread."""
+        if self._tree is not None:
+            self._tree.read(self._held)
+
+    def stop(self) -> None:
+        if self._tree is not None:
+            self._tree.close()
+            self._tree = None

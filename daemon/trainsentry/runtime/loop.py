@@ -27,17 +27,18 @@ from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from trainsentry import heap
 from trainsentry.point import Row
+from trainsentry.runtime import heap
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
 from trainsentry.sources.tail import FileTail
-from trainsentry.state import Checkpoint, StateDB
-from trainsentry.watcher import (
+from trainsentry.state.db import Checkpoint, StateDB
+from trainsentry.terminal.progress import Backfill
+from trainsentry.watching import new_watcher
+from trainsentry.watching.kernel import (
     inotify_watch_limit,
     inotify_watches,
     limit_advice,
-    new_watcher,
     watch_shortfall,
 )
 
@@ -116,18 +117,6 @@ class Stats:
     files: int = 0
     cycles: int = 0
     directories: int | None = None  # walked by the last sweep; None before the first
-
-
-@dataclass(frozen=True, slots=True)
-class Backfill:
-    """How far the startup read is, for a progress line: files read to their end so far."""
-
-    files_done: int
-    files_total: int
-    points: int
-    seconds: float
-    done: bool
-    stopped: bool = False  # the daemon stopped before it caught up; the rest is read next start
 
 
 class Daemon:

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+from trainsentry.backtest.data import build_runs, group_points
+from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point
-from trainsentry.replay import replay_transitions
-from trainsentry.report.data import build_runs, group_points
 from trainsentry.rules.model import RuleSet
 
 __all__ = ["build_report", "write_report"]
@@ -36,8 +36,8 @@ def build_report(
     `order` as in replay_transitions: "input" for reading.iter_points, already
     in the order a live daemon judges the points.
     """
-    from trainsentry.report.compare import compare_runs, compare_section
-    from trainsentry.report.page import header, page, runs_section, summary_section
+    from trainsentry.backtest.compare import compare_runs, compare_section
+    from trainsentry.backtest.page import header, page, runs_section, summary_section
 
     feed = list(points)
     grouped = group_points(feed)

@@ -33,13 +33,14 @@ from typing import TextIO
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from trainsentry.alert import Transition
 from trainsentry.point import Row, points_of
 from trainsentry.rules.engine import Engine
-from trainsentry.rules.lifecycle import Transition
 from trainsentry.rules.loader import load_rules
-from trainsentry.runtime import Daemon
-from trainsentry.sinks import console
-from trainsentry.state import StateDB
+from trainsentry.runtime.loop import Daemon
+from trainsentry.sinks.masking import scheme_only
+from trainsentry.state.db import StateDB
+from trainsentry.terminal import render as console
 
 SECONDS_PER_STEP = 0.5  # the simulated job's pace, stamped on its events
 LOG_EVERY = 5  # HF's logging_steps, scaled down
@@ -249,7 +250,8 @@ def _summary(
     elif first is None:
         line("  no critical alert fired: the demo did not go as planned")
     if notify:
-        line(f"  would notify: {', '.join(_redacted(u) for u in notify)} (the demo sends nothing)")
+        shown = ", ".join(scheme_only(u) for u in notify)
+        line(f"  would notify: {shown} (the demo sends nothing)")
     else:
         line(
             "  would notify: nothing configured — `trainsentry run --notify URL` sends these to "
@@ -258,9 +260,3 @@ def _summary(
     if keep is not None:
         line(f"  logs kept in {keep}: try `trainsentry replay {keep / 'logs'}`")
     out.flush()
-
-
-def _redacted(url: str) -> str:
-    """The scheme only: in Slack, webhook and most apprise URLs every other part is a secret."""
-    scheme, sep, _ = url.partition("://")
-    return f"{scheme}://…" if sep else "<url>"

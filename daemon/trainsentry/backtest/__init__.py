@@ -1,0 +1,1 @@
+"""Finished runs through the live engine: `replay`'s timeline and its HTML report."""

@@ -1,0 +1,67 @@
+"""Alert transitions for a person watching the terminal (and `--alerts-jsonl` beside it).
+
+On a terminal the alerts are drawn by console.py (coloured by severity,
+resolves dimmed); anywhere else they are the plain `replay` timeline lines.
+
+Both skip history: when the daemon starts on a directory of old runs, it must
+evaluate them to know their state, but telling someone that a run finished
+last month had a loss spike is noise. Transitions older than the horizon
+(measured from the daemon's start, on the data's own wall time) are counted,
+not shown — except the resolves of alerts whose firing was shown (`told`),
+perhaps by the daemon's previous life: a firing line is always ended.
+
+The same transitions go to `--alerts-jsonl` (sinks/alert_log.py), so the file
+and the screen never disagree about what was shown.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from trainsentry.alert import Transition
+from trainsentry.sinks.alert_log import AlertLog
+from trainsentry.stop_signals import signals_deferred
+from trainsentry.terminal import render as console
+from trainsentry.terminal.plain import format_text
+
+
+class AlertPrinter:
+    def __init__(
+        self,
+        *,
+        since: float,
+        out: TextIO = sys.stdout,
+        jsonl_path: Path | None = None,
+    ) -> None:
+        self.since = since
+        self.hidden = 0
+        self._out = out
+        self._rich = console.console_for(out) if console.is_rich(out) else None
+        self._log = AlertLog(jsonl_path) if jsonl_path else None
+
+    def __call__(
+        self, transitions: list[Transition], told: frozenset[tuple[str, str, str]] = frozenset()
+    ) -> None:
+        """`told`: keys of alerts shown firing, whose resolves are shown however old."""
+        shown = [
+            t
+            for t in transitions
+            if not t.wall_time < self.since or (t.state == "resolved" and t.key in told)
+        ]  # NaN (no time) is shown
+        self.hidden += len(transitions) - len(shown)
+        if not shown:
+            return
+        with signals_deferred():
+            if self._rich is not None:
+                console.print_alerts(self._rich, shown)
+            else:
+                self._out.write("".join(format_text(t) + "\n" for t in shown))
+                self._out.flush()
+            if self._log is not None:
+                self._log.append(shown)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
