@@ -21,14 +21,14 @@ import argparse
 import math
 import multiprocessing as mp
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-CACHE = Path(__file__).parent / ".cache"
+from cache import cached
+
 TAGS = 10
 
 
@@ -46,18 +46,14 @@ def _write_run(directory: str, steps: int, seed: int) -> None:
 
 def dataset(runs: int, points: int, workers: int) -> Path:
     """The cached root of `runs` finished runs of `points` scalars each."""
-    target = CACHE / f"backfill_{runs}x{points}"
-    if target.exists():
-        return target
-    partial = CACHE / f".backfill_{runs}x{points}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    print(f"writing {runs} runs x {points:,} points with torch's SummaryWriter (once) ...")
-    jobs = [(str(partial / f"run{r:03d}"), points // TAGS, r) for r in range(runs)]
-    with mp.get_context("spawn").Pool(workers) as pool:
-        pool.starmap(_write_run, jobs)
-    partial.rename(target)
-    return target
+
+    def write(root: Path) -> None:
+        jobs = [(str(root / f"run{r:03d}"), points // TAGS, r) for r in range(runs)]
+        with mp.get_context("spawn").Pool(workers) as pool:
+            pool.starmap(_write_run, jobs)
+
+    what = f"{runs} runs x {points:,} points with torch's SummaryWriter"
+    return cached(f"backfill_{runs}x{points}", write, what)
 
 
 def time_daemon(root: Path) -> tuple[float, str]:

@@ -20,15 +20,15 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from cache import cached
+
 ROOT = Path(__file__).resolve().parent
-CACHE = ROOT / ".cache"
 READERS = ("trainsentry", "tbparse", "loader", "rustboard")
 TAGS = 10
 CHUNK = 4 << 20
@@ -68,16 +68,12 @@ def _write_tf2(path: Path, steps: int) -> None:
 
 def dataset(kind: str, points: int) -> Path:
     """The cached directory holding one event file of `points` scalars."""
-    target = CACHE / f"{kind}_{points}"
-    if target.exists():
-        return target
-    partial = CACHE / f".{kind}_{points}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    print(f"writing {points:,} points with the {kind} writer (once) ...", flush=True)
-    (_write_torch if kind == "torch" else _write_tf2)(partial, points // TAGS)
-    partial.rename(target)
-    return target
+    writer = _write_torch if kind == "torch" else _write_tf2
+    return cached(
+        f"{kind}_{points}",
+        lambda d: writer(d, points // TAGS),
+        f"{points:,} points with the {kind} writer",
+    )
 
 
 def event_file(directory: Path) -> Path:

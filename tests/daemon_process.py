@@ -16,19 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainsentry.runtime.restart import code_digest
-from trainsentry.state.db import Snapshot, StateDB
+from trainsentry.runtime.restart import Snapshot, SnapshotFile, code_digest
 
 WAIT = 60.0
 
 
 def saved_alert_state(state_dir: Path) -> Snapshot | None:
     """The alert state a daemon of this code saved in `state_dir`, as its restart reads it."""
-    state = StateDB(state_dir / "state.db")
-    try:
-        return state.load_snapshot(code_digest())
-    finally:
-        state.close()
+    return SnapshotFile(state_dir).load(code_digest())
 
 
 class DaemonProcess:

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from trainsentry.point import Point, points_of
-from trainsentry.runtime.loop import Daemon, Memory, RowSink
+from trainsentry.runtime.loop import Daemon, RowSink
+from trainsentry.runtime.restart import Memory
 from trainsentry.state.db import StateDB
 
 

@@ -44,6 +44,10 @@ def confirmed(state_db: Path) -> set[tuple[str, int]]:
     db = sqlite3.connect(state_db)
     try:
         rows = db.execute("SELECT payload FROM outbox WHERE sent IS NOT NULL").fetchall()
+    except sqlite3.OperationalError as exc:  # killed between creating the file and its tables
+        if "no such table" not in str(exc):
+            raise
+        return set()
     finally:
         db.close()
     return {(p["alert"]["state"], p["alert"]["step"]) for p in (json.loads(r[0]) for r in rows)}

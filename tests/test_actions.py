@@ -127,10 +127,11 @@ def test_a_failing_command_is_reported_and_not_retried(tmp_path: Path) -> None:
 
 
 def test_command_timeouts_and_missing_programs_are_failures() -> None:
-    slow = run_command([sys.executable, "-c", "import time; time.sleep(30)"], {}, timeout=0.2)
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    slow = run_command(sleep, transition(), timeout=0.2)
     assert (slow.ok, slow.retryable) == (False, False)
     assert "timed out" in slow.error
-    missing = run_command(["/no/such/program"], {}, timeout=5)
+    missing = run_command(["/no/such/program"], transition(), timeout=5)
     assert not missing.ok
-    ok = run_command([sys.executable, "-c", "pass"], {}, timeout=5)
+    ok = run_command([sys.executable, "-c", "pass"], transition(), timeout=5)
     assert ok.ok

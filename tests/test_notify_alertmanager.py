@@ -10,6 +10,7 @@ import pytest
 from notify_endpoints import HttpReceiver
 from test_notify_grouping import Harness, transition
 
+from trainsentry.alert import Notice
 from trainsentry.alerts.route import parse_alertmanager
 from trainsentry.sinks.alertmanager import AlertmanagerSink
 from trainsentry.sinks.base import Message
@@ -100,9 +101,9 @@ def test_an_escalation_ends_the_warning_label_set(tmp_path: Path, am: HttpReceiv
 @pytest.mark.parametrize(("status", "retryable"), [(500, True), (503, True), (400, False)])
 def test_refusals_say_whether_to_retry(am: HttpReceiver, status: int, retryable: bool) -> None:
     am.status = status
-    payload = {"alert": transition().as_dict(), "since": 0.0, "at": 0.0}
+    notice = Notice(transition(), "firing", 0.0, since=0.0)
     result = AlertmanagerSink(f"http://{am.url}", 5.0).send(
-        Message("t", "b", "warning", alerts=(payload,))
+        Message("t", "b", "warning", alerts=(notice,))
     )
     assert (result.ok, result.retryable) == (False, retryable)
 

@@ -115,7 +115,7 @@ def test_a_critical_goes_at_once_and_takes_the_waiting_warnings_of_its_run(tmp_p
     h.deliver()
     [message] = h.sink().messages
     assert message.severity == "critical"
-    assert [a["alert"]["rule"] for a in message.alerts] == ["loss_spike", "loss_nan"]
+    assert [a.alert.rule for a in message.alerts] == ["loss_spike", "loss_nan"]
 
 
 def test_other_runs_are_not_batched_together(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_other_runs_are_not_batched_together(tmp_path: Path) -> None:
         [transition(run="a", severity="critical"), transition(run="b", severity="critical")]
     )
     h.deliver()
-    assert sorted(m.alerts[0]["alert"]["run"] for m in h.sink().messages) == ["a", "b"]
+    assert sorted(m.alerts[0].alert.run for m in h.sink().messages) == ["a", "b"]
 
 
 def test_still_firing_is_repeated_after_the_repeat_interval(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_a_critical_only_route_gets_no_warnings_and_the_escalation(tmp_path: Pat
     h.notifier.submit([transition("resolved", "critical", step=130)])
     h.deliver()
     assert [len(m.alerts) for m in h.sink(0).messages] == [3]
-    assert [a["alert"]["state"] for a in h.sink(1).messages[0].alerts] == ["firing", "resolved"]
+    assert [a.alert.state for a in h.sink(1).messages[0].alerts] == ["firing", "resolved"]
     assert "escalated from warning" in h.sink(1).messages[0].body
 
 
@@ -248,6 +248,6 @@ def test_a_fire_and_resolve_inside_the_group_wait_say_both(tmp_path: Path, sever
     h = Harness(tmp_path)
     h.notifier.submit([transition(severity=severity), transition("resolved", severity, step=101)])
     h.advance(30)
-    states = [a["alert"]["state"] for m in h.sink().messages for a in m.alerts]
+    states = [a.alert.state for m in h.sink().messages for a in m.alerts]
     assert states == ["firing", "resolved"]
     assert "- firing for" not in h.sink().messages[0].body

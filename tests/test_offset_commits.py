@@ -72,9 +72,9 @@ def test_a_snapshot_commits_the_offsets_it_is_taken_at(
     with following(tmp_path / "logs", tmp_path / "state", Remembers()) as (daemon, got):
         write_points(log, range(5, 9))
         read_until(daemon, got, 9)
-        daemon._next_snapshot = 0.0  # due now: taken at the end of the next cycle
+        daemon.restart.make_due()  # taken at the end of the next cycle
         daemon.cycle(timeout=0.1)
-        snapshot = daemon.state.load_snapshot("test")
+        snapshot = daemon.restart.file.load("test")
         assert snapshot is not None
         assert snapshot.offsets[str(log)].offset == log.stat().st_size
         assert committed(tmp_path / "state", log) == log.stat().st_size
@@ -118,15 +118,15 @@ def test_a_deleted_run_leaves_the_next_snapshot_without_its_files(tmp_path: Path
     write_points(gone, range(3))
     with following(tmp_path / "logs", tmp_path / "state", Remembers()) as (daemon, got):
         read_until(daemon, got, 6)
-        daemon._next_snapshot = 0.0
+        daemon.restart.make_due()
         daemon.cycle(timeout=0.1)
-        saved = daemon.state.load_snapshot("test")
+        saved = daemon.restart.file.load("test")
         assert saved is not None and set(saved.offsets) == {str(kept), str(gone)}
         gone.unlink()
         gone.parent.rmdir()
         for _ in range(20):
             daemon.cycle(timeout=0.1)
-            saved = daemon.state.load_snapshot("test")
+            saved = daemon.restart.file.load("test")
             assert saved is not None
             if str(gone) not in saved.offsets:
                 break

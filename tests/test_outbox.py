@@ -6,6 +6,7 @@ from pathlib import Path
 
 from test_notify_grouping import T0, Clock, Harness, RecordingSink, transition
 
+from trainsentry.alert import Notice
 from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.outbox import Entry, Outbox
 from trainsentry.alerts.route import Route
@@ -15,7 +16,7 @@ ROUTE = Route("apprise", "json://127.0.0.1:1/hook", group_wait=0.0)
 
 
 def entry(key: str, run: str = "r", due: float = T0) -> Entry:
-    return Entry(key, ROUTE.receiver, run, "critical", {"alert": transition().as_dict()}, due)
+    return Entry(key, ROUTE.receiver, run, "critical", Notice(transition(), "firing", T0), due)
 
 
 def test_the_same_notification_written_twice_is_one_row(tmp_path: Path) -> None:
@@ -89,7 +90,7 @@ def test_unsent_notifications_go_out_from_a_new_notifier_after_a_restart(tmp_pat
     second.clock.now += 3600
     second.deliver()
     [message] = second.sink().messages
-    assert message.alerts[0]["alert"]["rule"] == "loss_spike"
+    assert message.alerts[0].alert.rule == "loss_spike"
 
 
 def test_one_receiver_down_does_not_hold_the_others(tmp_path: Path) -> None:

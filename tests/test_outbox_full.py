@@ -14,6 +14,7 @@ from pathlib import Path
 
 from test_notify_grouping import T0, Clock, RecordingSink, transition
 
+from trainsentry.alert import Notice, Transition
 from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.outbox import Entry, Outbox
 from trainsentry.alerts.route import Route
@@ -23,9 +24,14 @@ from trainsentry.state.disk_full import WriteTrouble
 ROUTE = Route("apprise", "json://127.0.0.1:1/hook", group_wait=0.0, rate_limit=None)
 
 
+def padded(alert: Transition) -> Notice:
+    """A notice too large for the pages the full database has left."""
+    return Notice(alert, "resolved" if alert.resolved else "firing", T0, link="x" * 20_000)
+
+
 def entry(key: str, state: str = "firing", created_step: int = 100) -> Entry:
-    alert = transition(state=state, step=created_step).as_dict()
-    return Entry(key, ROUTE.receiver, "r", "critical", {"alert": alert, "pad": "x" * 20_000}, T0)
+    alert = transition(state=state, step=created_step)
+    return Entry(key, ROUTE.receiver, "r", "critical", padded(alert), T0)
 
 
 def full(outbox: Outbox, full: bool = True) -> None:
@@ -80,9 +86,7 @@ def test_a_batch_mixes_saved_and_held_rows_in_order_and_their_retries_are_saved_
     clock.now += 0.5
     outbox.enqueue([entry("resolve", state="resolved", created_step=101)])  # held
     lane.step(clock.now)  # one message, the firing before its resolve; refused, kept
-    assert [[a["alert"]["state"] for a in m.alerts] for m in sink.messages] == [
-        ["firing", "resolved"]
-    ]
+    assert [[a.alert.state for a in m.alerts] for m in sink.messages] == [["firing", "resolved"]]
     assert outbox.next_due(ROUTE.receiver) == clock.now + 1.0  # both backed off, in memory
     assert lane.step(clock.now) == clock.now + 1.0
     clock.now += 1.0
@@ -111,9 +115,8 @@ def test_a_resolve_held_back_for_its_firing_waits_in_memory_while_the_disk_is_fu
     sink = RecordingSink()
     lane = Lane(route, sink, outbox, clock=clock)
     full(outbox)
-    pad = "x" * 20_000  # no room for either row: both are held in memory
-    firing = {"alert": transition().as_dict(), "pad": pad}
-    resolve = {"alert": transition(state="resolved", step=101).as_dict(), "pad": pad}
+    # no room for either row: both are held in memory
+    firing, resolve = padded(transition()), padded(transition(state="resolved", step=101))
     outbox.enqueue(
         [
             Entry(k, route.receiver, "r", "critical", p, T0)
@@ -127,4 +130,4 @@ def test_a_resolve_held_back_for_its_firing_waits_in_memory_while_the_disk_is_fu
     assert len(sink.messages) == 1
     clock.now = T0 + 60.0
     lane.step(clock.now)
-    assert [m.alerts[0]["alert"]["state"] for m in sink.messages] == ["firing", "resolved"]
+    assert [m.alerts[0].alert.state for m in sink.messages] == ["firing", "resolved"]

@@ -143,7 +143,9 @@ def test_the_daemons_stop_file_is_understood(tmp_path: Path) -> None:
     stop_file = pytest.importorskip("trainsentry.actions.stop_file")
     path = stop_file.stop_file_path("runs/a", tmp_path, None)
     probe = trainsentry_probe.watch(Net(), None, tmp_path, stop_every=1)
-    stop_file.write_stop_file(path, {"rule": "r", "step": 9, "message": "why", "run": "runs/a"})
+    alert = pytest.importorskip("trainsentry.alert")
+    why = alert.Transition("runs/a", "r", "critical", "firing", 9, 0.0, "loss", 1.0, "why")
+    stop_file.write_stop_file(path, why)
     assert probe.should_stop()
     assert probe.stop_request is not None
     assert (probe.stop_request.rule, probe.stop_request.step, probe.stop_request.reason) == (
@@ -158,13 +160,15 @@ PLAIN_LOOP = """
 import json, os, sys
 sys.modules["torch"] = None  # as where torch is not installed: importing it fails
 from trainsentry.actions.stop_file import write_stop_file
+from trainsentry.alert import Transition
 import trainsentry_probe
 
 logdir, past_runs = sys.argv[1], float(sys.argv[2])
 stop = trainsentry_probe.StopFile(logdir)
 assert os.path.exists(stop.path) and os.stat(stop.path).st_mtime == past_runs
 seen = [stop.requested() for _ in range(3)]  # the loop's first steps
-write_stop_file(stop.path, {"rule": "r", "step": 7, "message": "loss is NaN"})  # the daemon
+nan = Transition("run", "r", "critical", "firing", 7, 0.0, "loss", float("nan"), "loss is NaN")
+write_stop_file(stop.path, nan)  # the daemon
 seen += [stop.requested() for _ in range(2)]
 print(json.dumps([None if s is None else [s.rule, s.step, s.reason] for s in seen]))
 """
@@ -174,9 +178,9 @@ def test_a_plain_loop_without_torch_ignores_a_past_runs_stop_file_and_sees_a_new
     tmp_path: Path,
 ) -> None:
     stop_file = pytest.importorskip("trainsentry.actions.stop_file")
-    past = stop_file.write_stop_file(
-        stop_file.stop_file_path("run", tmp_path, None), {"rule": "old", "step": 3}
-    )
+    alert = pytest.importorskip("trainsentry.alert")
+    old = alert.Transition("run", "old", "critical", "firing", 3, 0.0, "loss", 1.0, "old")
+    past = stop_file.write_stop_file(stop_file.stop_file_path("run", tmp_path, None), old)
     an_hour_ago = float(int(time.time()) - 3600)
     os.utime(past, (an_hour_ago, an_hour_ago))
     env = {k: v for k, v in os.environ.items() if k != "TRAINSENTRY_STOP_FILE"}

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 discover = pytest.importorskip("trainsentry.sources.discover")
 stop_file = pytest.importorskip("trainsentry.actions.stop_file")
+alert = pytest.importorskip("trainsentry.alert")
 
 PROBE_FILE = "trainsentry-probe.rank0.jsonl"
 
@@ -38,8 +39,8 @@ def stop_run_of(root: Path, log: Path) -> None:
     described = discover.Root.watched(root).describe(log)
     assert described is not None, log
     path = stop_file.stop_file_path(described.run, log.parent, None)
-    alert = {"rule": "r", "step": 2, "message": "test", "run": described.run}
-    stop_file.write_stop_file(path, alert)
+    why = alert.Transition(described.run, "r", "critical", "firing", 2, 0.0, "loss", 1.0, "test")
+    stop_file.write_stop_file(path, why)
 
 
 def probed_steps(logdir: Path) -> int:

@@ -362,7 +362,7 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     import random
 
     from trainsentry.alerts.grouping import FiringBook
-    from trainsentry.runtime.restart import dump, load
+    from trainsentry.runtime.restart import dump_state, load_state
 
     rng = random.Random(7)
     pts: list[Point] = []
@@ -387,8 +387,8 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     first = Engine(load_rules())
     before = first.feed_all(pts[:cut])
     spool = io.BytesIO()
-    dump(first, FiringBook(), [], spool)
-    saved = load(spool.getvalue())
+    dump_state(first, FiringBook(), [], spool)
+    saved = load_state(spool.getvalue())
     assert saved is not None
     after = saved.engine.feed_all(pts[cut:])
     assert [t.as_dict() for t in before + after] == [t.as_dict() for t in expected]

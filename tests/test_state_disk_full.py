@@ -22,7 +22,7 @@ from daemon_process import DaemonProcess, saved_alert_state
 from loss_log import RULES, delivered, write_chunk
 from notify_endpoints import HttpReceiver, Request
 
-from trainsentry.state.db import SNAPSHOT_FILE
+from trainsentry.runtime.restart import SNAPSHOT_FILE
 
 WAIT = 60.0
 

@@ -1,5 +1,6 @@
-"""The alert-state snapshot file beside state.db: written whole or not at all, read back
-only by the code that wrote it, and never fatal when it cannot be read."""
+"""What a restart keeps: the alert-state snapshot file beside state.db (written whole or
+not at all, read back only by the code that wrote it, never fatal when it cannot be read)
+and the position each followed file is relearned from."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import BinaryIO
 
 import pytest
 
-from trainsentry.state.db import SNAPSHOT_FILE, Checkpoint, StateDB
+from trainsentry.runtime.restart import SNAPSHOT_FILE, SnapshotFile, relearn_start
+from trainsentry.state.db import Checkpoint
 
 
 def positions() -> list[Checkpoint]:
@@ -24,43 +26,60 @@ def body(out: BinaryIO) -> None:
 def test_a_snapshot_comes_back_with_its_positions_for_the_code_that_wrote_it(
     tmp_path: Path, where: str
 ) -> None:
-    state = StateDB(tmp_path / "state.db" if where == "file" else ":memory:")
-    assert state.load_snapshot("v1") is None  # none yet
-    assert state.save_snapshot("v1", body, positions()) > len(b"the state")
-    saved = state.load_snapshot("v1")
+    file = SnapshotFile(tmp_path if where == "file" else None)
+    assert file.load("v1") is None  # none yet
+    assert file.save("v1", body, positions()) > len(b"the state")
+    saved = file.load("v1")
     assert saved is not None and saved.blob == b"the state"
     assert saved.offsets == {p.path: p for p in positions()}
-    assert state.load_snapshot("v2") is None  # other code: relearned instead
-    state.close()
+    assert file.load("v2") is None  # other code: relearned instead
 
 
 def test_a_failed_save_keeps_the_last_snapshot_and_leaves_nothing_beside_it(
     tmp_path: Path,
 ) -> None:
-    state = StateDB(tmp_path / "state.db")
-    state.save_snapshot("v1", body, positions())
+    file = SnapshotFile(tmp_path)
+    file.save("v1", body, positions())
 
     def fails(out: BinaryIO) -> None:
         out.write(b"half")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        state.save_snapshot("v1", fails, [])
-    saved = state.load_snapshot("v1")
+        file.save("v1", fails, [])
+    saved = file.load("v1")
     assert saved is not None and saved.blob == b"the state"
     assert sorted(p.name for p in tmp_path.iterdir() if "snapshot" in p.name) == [SNAPSHOT_FILE]
-    state.close()
 
 
 def test_a_damaged_or_unreadable_snapshot_reads_as_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state = StateDB(tmp_path / "state.db")
+    file = SnapshotFile(tmp_path)
     (tmp_path / SNAPSHOT_FILE).write_bytes(b"\x80\x05garbage")
-    assert state.load_snapshot("v1") is None
+    assert file.load("v1") is None
     (tmp_path / SNAPSHOT_FILE).unlink()
     (tmp_path / SNAPSHOT_FILE).mkdir()  # cannot be opened as a file (root reads any mode)
-    with caplog.at_level(logging.WARNING, logger="trainsentry.state.db"):
-        assert state.load_snapshot("v1") is None
+    with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
+        assert file.load("v1") is None
     assert "cannot read the saved alert state" in caplog.text
-    state.close()
+
+
+def at(offset: int, ino: int = 2, head: bytes = b"head") -> Checkpoint:
+    return Checkpoint("/logs/a/metrics.jsonl", 1, ino, head, offset)
+
+
+def test_a_file_relearns_from_its_snapshot_position_up_to_what_was_committed() -> None:
+    assert relearn_start(at(100), at(250)) == at(100)
+    assert relearn_start(at(250), at(250)) is None  # the snapshot saw all of it
+
+
+def test_a_file_the_snapshot_never_saw_relearns_from_its_start() -> None:
+    for saved in (None, at(100, ino=3), at(100, head=b"else"), at(300)):
+        start = relearn_start(saved, at(250))  # absent, another file, or past the commit
+        assert start is not None and start.offset == 0
+
+
+def test_a_file_with_nothing_committed_is_read_as_new() -> None:
+    assert relearn_start(at(100), None) is None
+    assert relearn_start(at(100), at(0)) is None

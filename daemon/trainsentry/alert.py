@@ -1,14 +1,18 @@
-"""An alert transition: the contract between the rules and everything that tells people.
+"""An alert transition, and the notice that tells it: the contract from the rules onward.
 
 The engine emits one when an alert fires, escalates or resolves; the terminal,
 `--alerts-jsonl`, `replay --format jsonl`, the outbox, Alertmanager and the
 stop file all carry it. Its JSON form (`as_dict`) is the alert line of
 DESIGN.md that other tools parse, so its keys only grow, and `from_dict`
-reads back what `as_dict` wrote (the outbox stores alerts as those lines).
+reads back what `as_dict` wrote. A `Notice` is a transition on its way to a
+receiver, with what the notifier knew then (since when, the threshold, the
+peak, the incident bundle); the outbox keeps notices as JSON until they are
+confirmed, and every sink renders from one.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -111,3 +115,94 @@ class Transition:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not an alert line: {exc!r}") from None
+
+
+NoticeKind = Literal["firing", "repeat", "resolved", "action"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A rule's command action, carried by the notice that runs it."""
+
+    argv: tuple[str, ...]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One notification's content: a transition and what the notifier knew when it wrote it.
+
+    The outbox keeps it as JSON (`to_json`) until a receiver took it, so it must
+    read back whole after a restart (`from_json`); every sink renders from it.
+    Optional facts are None where they do not apply or were not known.
+    """
+
+    alert: Transition
+    kind: NoticeKind
+    at: float  # when the notifier wrote it (daemon clock)
+    since: float | None = None  # when the alert first fired (daemon clock)
+    threshold: float | None = None  # the rule's line, where it has one
+    link: str | None = None  # from --link-template
+    incident: str | None = None  # the incident bundle's path
+    first_step: int | None = None  # where the firing began
+    first_wall: float | None = None
+    actions: tuple[str, ...] = ()  # what the rule's actions did, in words
+    reason: str | None = None  # a resolve's
+    duration: float | None = None  # how long it fired, for a resolve
+    peak: float | None = None  # the worst value while it fired, for a resolve
+    peak_step: int | None = None
+    run_dir: str | None = None  # for an action
+    command: Command | None = None  # for an action
+
+    @property
+    def resolved(self) -> bool:
+        return self.alert.state == "resolved"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"alert": self.alert.as_dict(), "kind": self.kind, "at": self.at}
+        for key in _OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = json_number(value) if key == "peak" else value
+        if self.actions:
+            out["actions"] = list(self.actions)
+        if self.command is not None:
+            out["command"] = {"argv": list(self.command.argv), "timeout": self.command.timeout}
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Notice:
+        """The notice `as_dict` wrote (ValueError if it is not one)."""
+        try:
+            kind = data["kind"]
+            if kind not in ("firing", "repeat", "resolved", "action"):
+                raise ValueError(f"not a notice kind: {kind!r}")
+            command = data.get("command")
+            optional = {k: data.get(k) for k in _OPTIONAL}
+            if optional["peak"] is not None:
+                optional["peak"] = from_json_number(optional["peak"])
+            return cls(
+                alert=Transition.from_dict(data["alert"]),
+                kind=kind,
+                at=float(data["at"]),
+                actions=tuple(str(a) for a in data.get("actions") or ()),
+                command=None
+                if command is None
+                else Command(tuple(map(str, command["argv"])), float(command["timeout"])),
+                **optional,
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a notice: {exc!r}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> Notice:
+        return cls.from_dict(json.loads(text))
+
+
+_OPTIONAL = (
+    "since", "threshold", "link", "incident", "first_step", "first_wall", "reason",
+    "duration", "peak", "peak_step", "run_dir",
+)  # fmt: skip

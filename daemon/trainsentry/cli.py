@@ -102,17 +102,20 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refused(errors: Sequence[str], where: str) -> UsageError:
+    """Every located error on its own line, then the one-line reason to exit with."""
+    for err in errors:
+        print(err, file=sys.stderr)
+    return UsageError(f"{len(errors)} error(s) in {where}, at the lines above; nothing was run")
+
+
 def _load_rules(paths: list[str] | None) -> RuleSet:
     from trainsentry.rules.loader import RuleFileError, load_rules
 
     try:
         return load_rules(paths)
     except RuleFileError as exc:
-        for err in exc.errors:
-            print(err, file=sys.stderr)
-        raise UsageError(
-            f"{len(exc.errors)} error(s) in rule files, at the lines above; nothing was run"
-        ) from None
+        raise _refused(exc.errors, "rule files") from None
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -190,11 +193,7 @@ def _run_config(args: argparse.Namespace) -> Config:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        for err in exc.errors:
-            print(err, file=sys.stderr)
-        raise UsageError(
-            f"{len(exc.errors)} error(s) in the config, at the lines above; nothing was run"
-        ) from None
+        raise _refused(exc.errors, "the config") from None
     except FileNotFoundError:
         raise UsageError(f"no such config file: {args.config}") from None
     given = vars(args)

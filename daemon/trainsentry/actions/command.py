@@ -15,25 +15,25 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any
 
+from trainsentry.alert import Transition
 from trainsentry.sinks.base import Message, SendResult
 
 OUTPUT_KEPT = 300
 
 
-def alert_environment(alert: dict[str, Any], run_dir: str | None) -> dict[str, str]:
+def alert_environment(alert: Transition, run_dir: str | None) -> dict[str, str]:
     env = {
-        f"TRAINSENTRY_{k.upper()}": str(alert.get(k, ""))
+        f"TRAINSENTRY_{k.upper()}": str(getattr(alert, k))
         for k in ("run", "rule", "severity", "state", "step", "metric", "value", "message")
     }
-    env["TRAINSENTRY_ALERT"] = json.dumps(alert, ensure_ascii=False)
+    env["TRAINSENTRY_ALERT"] = json.dumps(alert.as_dict(), ensure_ascii=False)
     env["TRAINSENTRY_RUN_DIR"] = run_dir or ""
     return env
 
 
 def run_command(
-    argv: list[str], alert: dict[str, Any], timeout: float, run_dir: str | None = None
+    argv: list[str], alert: Transition, timeout: float, run_dir: str | None = None
 ) -> SendResult:
     env = {**os.environ, **alert_environment(alert, run_dir)}
     try:
@@ -62,14 +62,11 @@ class CommandSink:
     takes_attachments = False
 
     def send(self, message: Message) -> SendResult:
-        for payload in message.alerts:
-            command = payload.get("command") or {}
-            result = run_command(
-                list(command.get("argv", [])),
-                payload["alert"],
-                float(command.get("timeout", 30.0)),
-                payload.get("run_dir"),
-            )
+        for notice in message.alerts:
+            command = notice.command
+            if command is None:  # not an action's notice: nothing to run
+                continue
+            result = run_command(list(command.argv), notice.alert, command.timeout, notice.run_dir)
             if not result.ok:
                 return result
         return SendResult.success()

@@ -21,8 +21,8 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
+from trainsentry.alert import Transition, json_number
 from trainsentry.sources.discover import CONTROL_DIR
 
 STOP_NAME = "STOP"
@@ -38,16 +38,16 @@ def stop_file_path(run: str, run_dir: Path | None, control_dir: Path | None) -> 
     return run_dir / CONTROL_DIR / STOP_NAME
 
 
-def write_stop_file(path: Path, alert: dict[str, Any]) -> Path:
+def write_stop_file(path: Path, alert: Transition) -> Path:
     """JSON {rule, step, reason, ...}; written to a temp file and renamed (never half a file)."""
     content = {
-        "rule": alert.get("rule"),
-        "step": alert.get("step"),
-        "reason": alert.get("message"),
-        "run": alert.get("run"),
-        "severity": alert.get("severity"),
-        "metric": alert.get("metric"),
-        "value": alert.get("value"),
+        "rule": alert.rule,
+        "step": alert.step,
+        "reason": alert.message,
+        "run": alert.run,
+        "severity": alert.severity,
+        "metric": alert.metric,
+        "value": json_number(alert.value),
         "written_at": time.time(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)

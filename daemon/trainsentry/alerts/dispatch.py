@@ -29,9 +29,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trainsentry.alert import AlertKey
 from trainsentry.alerts import message as text
 from trainsentry.alerts.grouping import backoff, rate_allowed_at
-from trainsentry.alerts.outbox import Outbox, Pending
+from trainsentry.alerts.outbox import Outbox
+from trainsentry.alerts.outbox_rows import OutboxRow
 from trainsentry.alerts.route import Route
 from trainsentry.sinks.base import Message, SendResult, Sink
 
@@ -40,16 +42,16 @@ log = logging.getLogger(__name__)
 IDLE_CHECK_SECONDS = 60.0  # a worker with nothing due still looks this often
 
 
-def render(rows: list[Pending], attachments: bool, now: float) -> Message:
+def render(rows: list[OutboxRow], attachments: bool, now: float) -> Message:
     """Rows of one run (oldest first) → one message; plots only where they can go."""
-    payloads = [r.payload for r in rows]
+    notices = [r.notice for r in rows]
     files: list[Path] = []
     if attachments:
         from trainsentry.alerts.plot import plot_incident
 
-        for p in payloads:
-            bundle = p.get("incident")
-            if bundle and p["alert"]["state"] != "resolved":
+        for n in notices:
+            bundle = n.incident
+            if bundle and not n.resolved:
                 try:
                     png = plot_incident(Path(bundle))
                 except Exception as exc:  # evidence is a bonus; the message still goes
@@ -58,17 +60,12 @@ def render(rows: list[Pending], attachments: bool, now: float) -> Message:
                 if png is not None and png not in files:
                     files.append(png)
     return Message(
-        title=text.title(payloads),
-        body=text.body(payloads, now),
-        severity=text.message_severity(payloads),
+        title=text.title(notices),
+        body=text.body(notices, now),
+        severity=text.message_severity(notices),
         attachments=tuple(files),
-        alerts=tuple(payloads),
+        alerts=tuple(notices),
     )
-
-
-def _identity(row: Pending) -> tuple[str, str, str]:
-    alert = row.payload["alert"]
-    return (str(alert["run"]), str(alert["rule"]), str(alert["metric"]))
 
 
 class Lane:
@@ -80,7 +77,7 @@ class Lane:
         *,
         clock: Callable[[], float] = time.time,
         rng: Callable[[], float] = random.random,
-        on_result: Callable[[Route, list[Pending], SendResult], object] | None = None,
+        on_result: Callable[[Route, list[OutboxRow], SendResult], object] | None = None,
     ) -> None:
         self.route = route
         self.sink = sink
@@ -93,7 +90,7 @@ class Lane:
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.failed = 0
-        self._fired: dict[tuple[str, str, str], float] = {}  # alert → firing first delivered
+        self._fired: dict[AlertKey, float] = {}  # alert → firing first delivered
 
     @property
     def receiver(self) -> str:
@@ -121,10 +118,10 @@ class Lane:
         if result.ok:
             self.outbox.confirm(self.receiver, keys, done)
             for r in rows:
-                if r.payload["alert"]["state"] == "resolved":
-                    self._fired.pop(_identity(r), None)
+                if r.notice.resolved:
+                    self._fired.pop(r.notice.alert.key, None)
                 else:
-                    self._fired.setdefault(_identity(r), done)
+                    self._fired.setdefault(r.notice.alert.key, done)
             self.sent += 1
             log.info("sent %d notification(s) to %s", len(rows), self.sink.name)
         elif result.retryable:
@@ -143,20 +140,20 @@ class Lane:
             self._on_result(self.route, rows, result)
         return done
 
-    def _hold_resolves(self, rows: list[Pending], now: float) -> list[Pending]:
+    def _hold_resolves(self, rows: list[OutboxRow], now: float) -> list[OutboxRow]:
         """The rows to send now; resolves too soon after their firing wait, and what follows."""
         hold = self.route.hold_resolve
         if hold <= 0 or not rows:
             return rows
-        fired_here: set[tuple[str, str, str]] = set()
-        held: dict[tuple[str, str, str], float] = {}
-        keep: list[Pending] = []
+        fired_here: set[AlertKey] = set()
+        held: dict[AlertKey, float] = {}
+        keep: list[OutboxRow] = []
         for r in rows:
-            alert = _identity(r)
+            alert = r.notice.alert.key
             if alert in held:
                 self.outbox.defer([r.key], held[alert])
                 continue
-            if r.payload["alert"]["state"] != "resolved":
+            if not r.notice.resolved:
                 fired_here.add(alert)
             else:
                 fired = now if alert in fired_here else self._fired.get(alert)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition
 from trainsentry.alerts.route import Route
 
 BACKOFF_FIRST_SECONDS = 1.0
@@ -66,36 +66,46 @@ def backoff(attempts: int, rng: Callable[[], float] = random.random) -> float:
 class Firing:
     """One alert that is firing now, as the notifier told it."""
 
-    alert: dict[str, Any]  # the latest firing transition, as_dict()
+    alert: Transition  # the latest firing transition
     since: float  # daemon clock when it first fired
     shown: bool  # False for history older than the horizon: nobody was told
     receivers: dict[str, float] = field(default_factory=dict)  # receiver → last told
     repeats: dict[str, int] = field(default_factory=dict)  # receiver → repeats sent
-    extra: dict[str, Any] = field(default_factory=dict)  # incident, threshold, link...
+    first_step: int | None = None  # where the shown firing began
+    first_wall: float | None = None
+    threshold: float | None = None
+    link: str | None = None
+    incident: str | None = None  # its bundle's path
+
+    def notice(self, kind: NoticeKind, now: float, actions: tuple[str, ...] = ()) -> Notice:
+        """What a firing or a repeat of this alert tells its receivers."""
+        return Notice(
+            self.alert, kind, now, since=self.since, threshold=self.threshold, link=self.link,
+            incident=self.incident, first_step=self.first_step, first_wall=self.first_wall,
+            actions=actions,
+        )  # fmt: skip
 
 
 class FiringBook:
     """What is firing, keyed like `Transition.key`: (run, rule, metric)."""
 
     def __init__(self) -> None:
-        self._firing: dict[tuple[str, str, str], Firing] = {}
+        self._firing: dict[AlertKey, Firing] = {}
 
-    def fire(
-        self, key: tuple[str, str, str], alert: dict[str, Any], now: float, shown: bool
-    ) -> Firing:
+    def fire(self, alert: Transition, now: float, shown: bool) -> Firing:
         """A firing or escalation: an escalation keeps `since` and whom it told."""
-        entry = self._firing.get(key)
+        entry = self._firing.get(alert.key)
         if entry is None:
-            entry = self._firing[key] = Firing(alert, now, shown)
+            entry = self._firing[alert.key] = Firing(alert, now, shown)
         else:
             entry.alert = alert
             entry.shown = entry.shown or shown
         return entry
 
-    def resolve(self, key: tuple[str, str, str]) -> Firing | None:
+    def resolve(self, key: AlertKey) -> Firing | None:
         return self._firing.pop(key, None)
 
-    def get(self, key: tuple[str, str, str]) -> Firing | None:
+    def get(self, key: AlertKey) -> Firing | None:
         return self._firing.get(key)
 
     def due_repeats(self, routes: Sequence[Route], now: float) -> list[tuple[Firing, Route]]:

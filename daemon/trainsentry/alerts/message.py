@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
+from trainsentry.alert import Notice, Transition
+
 TITLE_MAX = 160
 SEVERITY_ORDER = {"critical": 2, "warning": 1}
 
@@ -36,96 +38,86 @@ def when(ts: Any) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def number(value: Any) -> str:
-    if isinstance(value, (int, float)):
-        return f"{value:.6g}"
-    return str(value)  # "nan", "inf" arrive as text from the JSON payload
+def number(value: float) -> str:
+    return f"{value:.6g}"  # nan, inf as they are: the evidence
 
 
-def link_for(template: str | None, alert: dict[str, Any]) -> str | None:
+def link_for(template: str | None, alert: Transition) -> str | None:
     """`{run}`, `{rule}`, `{metric}`, `{step}` in the template, URL-quoted."""
     if not template:
         return None
-    fields = {k: quote(str(alert.get(k, "")), safe="") for k in ("run", "rule", "metric", "step")}
-    fields["run_path"] = quote(str(alert.get("run", "")), safe="/")
+    fields = {k: quote(str(getattr(alert, k)), safe="") for k in ("run", "rule", "metric", "step")}
+    fields["run_path"] = quote(alert.run, safe="/")
     try:
         return template.format_map(fields)
     except (KeyError, ValueError, IndexError):
         return None
 
 
-def message_severity(payloads: list[dict[str, Any]]) -> str:
-    firing = [p["alert"]["severity"] for p in payloads if p["alert"]["state"] != "resolved"]
+def message_severity(notices: list[Notice]) -> str:
+    firing = [n.alert.severity for n in notices if not n.resolved]
     if not firing:
         return "resolved"
     return max(firing, key=lambda s: SEVERITY_ORDER.get(s, 0))
 
 
-def _headline(p: dict[str, Any]) -> str:
-    alert = p["alert"]
-    if alert["state"] == "resolved":
-        return f"{alert['rule']} resolved ({p.get('reason') or alert.get('reason') or 'recovered'})"
-    if p.get("kind") == "repeat":
-        return f"{alert['rule']} still firing: {alert['message']}"
-    return f"{alert['rule']}: {alert['message']}"
+def _headline(n: Notice) -> str:
+    alert = n.alert
+    if alert.resolved:
+        return f"{alert.rule} resolved ({n.reason or alert.reason or 'recovered'})"
+    if n.kind == "repeat":
+        return f"{alert.rule} still firing: {alert.message}"
+    return f"{alert.rule}: {alert.message}"
 
 
-def title(payloads: list[dict[str, Any]]) -> str:
-    severity = message_severity(payloads)
-    run = payloads[0]["alert"]["run"]
-    if len(payloads) == 1:
-        what = _headline(payloads[0])
+def title(notices: list[Notice]) -> str:
+    severity = message_severity(notices)
+    run = notices[0].alert.run
+    if len(notices) == 1:
+        what = _headline(notices[0])
     else:
-        states = [p["alert"]["state"] for p in payloads]
+        states = [n.alert.state for n in notices]
         firing, resolved = states.count("firing"), states.count("resolved")
         counts = ", ".join(
             f"{n} {word}" for n, word in ((firing, "firing"), (resolved, "resolved")) if n
         )
-        rules = ", ".join(dict.fromkeys(p["alert"]["rule"] for p in payloads))
-        what = f"{len(payloads)} alerts ({counts}): {rules}"
+        rules = ", ".join(dict.fromkeys(n.alert.rule for n in notices))
+        what = f"{len(notices)} alerts ({counts}): {rules}"
     text = f"[{severity.upper()}] {run}: {what}"
     return text if len(text) <= TITLE_MAX else text[: TITLE_MAX - 1] + "…"
 
 
-def _identity(p: dict[str, Any]) -> tuple[Any, ...]:
-    a = p["alert"]
-    return (a["run"], a["rule"], a["metric"])
-
-
-def section(p: dict[str, Any], now: float, resolved_later: bool = False) -> str:
-    alert = p["alert"]
-    lines = [f"**{_headline(p)}**", ""]
+def section(n: Notice, now: float, resolved_later: bool = False) -> str:
+    alert = n.alert
+    lines = [f"**{_headline(n)}**", ""]
     facts = [
-        f"- run `{alert['run']}`, severity {alert['severity']}",
-        f"- {alert.get('canonical') or alert['metric']} = {number(alert.get('value'))}"
-        f" (`{alert['metric']}`) at step {alert.get('step')}, {when(alert.get('wall_time'))}",
+        f"- run `{alert.run}`, severity {alert.severity}",
+        f"- {alert.canonical or alert.metric} = {number(alert.value)}"
+        f" (`{alert.metric}`) at step {alert.step}, {when(alert.wall_time)}",
     ]
-    if p.get("threshold") is not None:
-        facts.append(f"- threshold {number(p['threshold'])}")
-    if alert["state"] == "resolved":
-        if p.get("duration") is not None:
-            facts.append(f"- was firing for {duration(float(p['duration']))}")
-        if p.get("peak") is not None:
-            facts.append(f"- peak {number(p['peak'])} at step {p.get('peak_step')}")
-    elif p.get("since") is not None and not resolved_later:
-        facts.append(f"- firing for {duration(now - float(p['since']))} (since {when(p['since'])})")
-    if alert.get("escalated_from"):
-        facts.append(f"- escalated from {alert['escalated_from']}")
-    if alert.get("runbook") and alert["state"] != "resolved":
-        facts.append(f"- runbook: {alert['runbook']}")
-    facts.extend(f"- action: {a}" for a in p.get("actions", ()))
-    if p.get("link"):
-        facts.append(f"- [open the run]({p['link']})")
+    if n.threshold is not None:
+        facts.append(f"- threshold {number(n.threshold)}")
+    if alert.resolved:
+        if n.duration is not None:
+            facts.append(f"- was firing for {duration(n.duration)}")
+        if n.peak is not None:
+            facts.append(f"- peak {number(n.peak)} at step {n.peak_step}")
+    elif n.since is not None and not resolved_later:
+        facts.append(f"- firing for {duration(now - n.since)} (since {when(n.since)})")
+    if alert.escalated_from:
+        facts.append(f"- escalated from {alert.escalated_from}")
+    if alert.runbook and not alert.resolved:
+        facts.append(f"- runbook: {alert.runbook}")
+    facts.extend(f"- action: {a}" for a in n.actions)
+    if n.link:
+        facts.append(f"- [open the run]({n.link})")
     return "\n".join([*lines, *facts])
 
 
-def body(payloads: list[dict[str, Any]], now: float) -> str:
+def body(notices: list[Notice], now: float) -> str:
     """One section per alert; a firing resolved later in the same batch says no "firing for"."""
     sections = []
-    for i, p in enumerate(payloads):
-        later = any(
-            q["alert"]["state"] == "resolved" and _identity(q) == _identity(p)
-            for q in payloads[i + 1 :]
-        )
-        sections.append(section(p, now, later))
+    for i, n in enumerate(notices):
+        later = any(q.resolved and q.alert.key == n.alert.key for q in notices[i + 1 :])
+        sections.append(section(n, now, later))
     return "\n\n---\n\n".join(sections)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsentry.actions.stop_file import stop_file_path, write_stop_file
-from trainsentry.alert import Transition
+from trainsentry.alert import Command, Notice, Transition
 from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.grouping import Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
@@ -55,10 +55,10 @@ def make_sink(route: Route) -> Sink:
     return CommandSink()
 
 
-def notification_key(t: Transition | dict[str, Any], receiver: str, kind: str) -> str:
+def notification_key(t: Transition, receiver: str, kind: str) -> str:
     """The idempotency key: the same transition re-derived after a crash gets the same key."""
-    a = t.as_dict() if isinstance(t, Transition) else t
-    parts = (a["run"], a["rule"], a["metric"], a["state"], a["severity"], a["step"], a["wall_time"])
+    wall = t.wall_time if math.isfinite(t.wall_time) else None  # as the alert line has it
+    parts = (t.run, t.rule, t.metric, t.state, t.severity, t.step, wall)
     text = "\x1f".join(map(repr, parts)) + f"\x1f{receiver}\x1f{kind}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -156,18 +156,10 @@ class Notifier:
             n = entry.repeats.get(route.receiver, 0) + 1
             entry.repeats[route.receiver] = n
             entry.receivers[route.receiver] = now
-            payload = {
-                **entry.extra,
-                "alert": entry.alert,
-                "kind": "repeat",
-                "since": entry.since,
-                "at": now,
-            }
-            key = notification_key(entry.alert, route.receiver, f"repeat{n}")
+            a = entry.alert
+            key = notification_key(a, route.receiver, f"repeat{n}")
             entries.append(
-                Entry(
-                    key, route.receiver, entry.alert["run"], entry.alert["severity"], payload, now
-                )
+                Entry(key, route.receiver, a.run, a.severity, entry.notice("repeat", now), now)
             )
         self._enqueue(entries)
 
@@ -186,40 +178,29 @@ class Notifier:
     def _firing(self, t: Transition, shown: bool, entries: list[Entry], relearned: bool) -> None:
         now = self._clock()
         before = self.book.get(t.key)
-        alert = t.as_dict()
-        entry = self.book.fire(t.key, alert, now, shown)
+        entry = self.book.fire(t, now, shown)
         if not shown:
             return
         rule = self._rule_of(t.rule)
         first = before is None or not before.shown
         if first:
-            entry.extra["first_step"] = t.step
-            entry.extra["first_wall"] = alert["wall_time"]
-        entry.extra["threshold"] = threshold_of(rule, t.severity)
-        entry.extra["link"] = link_for(self.link_template, alert)
+            entry.first_step = t.step
+            entry.first_wall = t.wall_time if math.isfinite(t.wall_time) else None
+        entry.threshold = threshold_of(rule, t.severity)
+        entry.link = link_for(self.link_template, t)
         incident = None if relearned else self._save_incident(t, entry)
         if incident is not None:
-            entry.extra["incident"] = str(incident)
-        actions: list[str] = []
+            entry.incident = str(incident)
+        actions: tuple[str, ...] = ()
         if rule is not None and rule.actions and first and not relearned:
-            actions = self._act(t, rule, alert, now, entries)
-        payload = {**entry.extra, "alert": alert, "kind": "firing", "since": entry.since, "at": now}
-        if actions:
-            payload["actions"] = actions
+            actions = self._act(t, rule, now, entries)
+        notice = entry.notice("firing", now, actions)
         for route in self.routes:
             if route.kind == "command" or not route.accepts(t.severity, t.labels):
                 continue
             key = notification_key(t, route.receiver, "firing")
-            entries.append(
-                Entry(
-                    key,
-                    route.receiver,
-                    t.run,
-                    t.severity,
-                    payload,
-                    due_time(route, t.severity, now),
-                )
-            )
+            due = due_time(route, t.severity, now)
+            entries.append(Entry(key, route.receiver, t.run, t.severity, notice, due))
             entry.receivers[route.receiver] = now
 
     def _resolved(self, t: Transition, shown: bool, entries: list[Entry]) -> None:
@@ -229,25 +210,18 @@ class Notifier:
         if entry is None or not entry.shown:
             return
         now = self._clock()
-        alert = t.as_dict()
-        payload: dict[str, Any] = {
-            "alert": alert,
-            "kind": "resolved",
-            "since": entry.since,
-            "at": now,
-            "reason": t.reason,
-            "duration": self._duration(entry, t, now),
-            "link": entry.extra.get("link"),
-        }
-        payload.update(self._peak(entry, t))
+        peak, peak_step = self._peak(entry, t)
+        notice = Notice(
+            t, "resolved", now, since=entry.since, reason=t.reason, link=entry.link,
+            duration=self._duration(entry, t, now), peak=peak, peak_step=peak_step,
+        )  # fmt: skip
         for receiver in entry.receivers:
             route = self._by_receiver.get(receiver)
             if route is None:
                 continue
             key = notification_key(t, receiver, "resolved")
-            entries.append(
-                Entry(key, receiver, t.run, t.severity, payload, due_time(route, t.severity, now))
-            )
+            due = due_time(route, t.severity, now)
+            entries.append(Entry(key, receiver, t.run, t.severity, notice, due))
 
     def _enqueue(self, entries: list[Entry]) -> None:
         if not entries:
@@ -264,21 +238,21 @@ class Notifier:
         if self.store is None:
             return None
         try:
-            extra = {"threshold": entry.extra.get("threshold"), "link": entry.extra.get("link")}
+            extra = {"threshold": entry.threshold, "link": entry.link}
             return write_bundle(self.incidents, t, self.store, self._run_meta(t.run), extra)
         except (OSError, ValueError) as exc:
             log.warning("could not save the incident bundle of %s on %s: %s", t.rule, t.run, exc)
             return None
 
     def _act(
-        self, t: Transition, rule: m.Rule, alert: dict[str, Any], now: float, entries: list[Entry]
-    ) -> list[str]:
+        self, t: Transition, rule: m.Rule, now: float, entries: list[Entry]
+    ) -> tuple[str, ...]:
         done: list[str] = []
         run_dir = self._run_dir(t.run)
         for action in rule.actions:
             if action.kind == "stop":
                 try:
-                    path = write_stop_file(stop_file_path(t.run, run_dir, self.control_dir), alert)
+                    path = write_stop_file(stop_file_path(t.run, run_dir, self.control_dir), t)
                     done.append(f"wrote stop file {path}")
                     log.warning("%s on %s: wrote %s", t.rule, t.run, path)
                 except OSError as exc:
@@ -286,40 +260,37 @@ class Notifier:
                     done.append(f"stop file NOT written: {exc.strerror or exc}{hint}")
                     log.error("%s on %s: stop file not written: %s%s", t.rule, t.run, exc, hint)
             elif action.kind == "command":
-                payload = {
-                    "alert": alert,
-                    "kind": "action",
-                    "at": now,
-                    "run_dir": str(run_dir) if run_dir else None,
-                    "command": {"argv": list(action.command), "timeout": action.timeout},
-                }
+                notice = Notice(
+                    t, "action", now, run_dir=str(run_dir) if run_dir else None,
+                    command=Command(tuple(action.command), action.timeout),
+                )  # fmt: skip
                 key = notification_key(t, COMMAND_ROUTE.receiver, f"command:{action.command!r}")
-                entries.append(Entry(key, COMMAND_ROUTE.receiver, t.run, t.severity, payload, now))
+                entries.append(Entry(key, COMMAND_ROUTE.receiver, t.run, t.severity, notice, now))
                 done.append(f"runs {action.command[0]}")
-        return done
+        return tuple(done)
 
     def _duration(self, entry: Firing, t: Transition, now: float) -> float:
-        first = entry.extra.get("first_wall")
-        if isinstance(first, (int, float)) and math.isfinite(t.wall_time) and t.wall_time >= first:
+        first = entry.first_wall
+        if first is not None and math.isfinite(t.wall_time) and t.wall_time >= first:
             return t.wall_time - first
         return now - entry.since
 
-    def _peak(self, entry: Firing, t: Transition) -> dict[str, Any]:
+    def _peak(self, entry: Firing, t: Transition) -> tuple[float | None, int | None]:
+        """The worst value while it fired, and its step; None where the store cannot tell."""
         series = self.store.get(t.run, t.metric) if self.store is not None else None
-        first = entry.extra.get("first_step", entry.alert.get("step", t.step))
+        first = entry.first_step if entry.first_step is not None else entry.alert.step
         recent = series.recent() if series else []
         if not recent or recent[0].step > first:
             # The store no longer (or not yet, after a restart) holds the whole firing
             # span: a peak of part of it would be stated as fact and be wrong.
-            return {}
+            return None, None
         points = [p for p in recent if first <= p.step <= t.step]
         if not points:
-            return {}
+            return None, None
         if any(not math.isfinite(p.value) for p in points):
             worst = next(p for p in points if not math.isfinite(p.value))
         elif _lower_is_worse(self._rule_of(t.rule)):
             worst = min(points, key=lambda p: p.value)
         else:
             worst = max(points, key=lambda p: p.value)
-        value = worst.value if math.isfinite(worst.value) else str(worst.value)
-        return {"peak": value, "peak_step": worst.step}
+        return worst.value, worst.step

@@ -15,25 +15,25 @@ repeat a message: at-least-once, as every outbox is.
 One connection guarded by a lock serves the main loop and the delivery
 workers; every operation is a short statement or transaction. A write the
 state disk cannot take (full) is held in memory and goes with the next write
-that works (held.py); reads keep working, so deliveries go on meanwhile.
+that works (outbox_rows.py); reads keep working, so deliveries go on meanwhile.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from trainsentry.alerts.held import Held, HeldRow
+from trainsentry.alert import Notice
+from trainsentry.alerts.outbox_rows import SELECT, UPDATE, Change, Held, OutboxRow
 from trainsentry.state.db import Transaction, connect
 from trainsentry.state.disk_full import WriteTrouble, is_unwritable, rollback
 
 KEEP_SENT_SECONDS = 7 * 86400.0  # confirmed rows kept this long (dedup across restarts)
+_WAITING = "sent IS NULL AND failed IS NULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +44,8 @@ class Entry:
     receiver: str
     run: str
     severity: str
-    payload: dict[str, Any]
+    notice: Notice
     due: float
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    key: str
-    receiver: str
-    run: str
-    severity: str
-    payload: dict[str, Any]
-    created: float
-    due: float
-    attempts: int
 
 
 class Outbox:
@@ -83,8 +71,7 @@ class Outbox:
             return 0
         now = self._clock()
         rows = [
-            (e.key, e.receiver, e.run, e.severity, json.dumps(e.payload), now, e.due)
-            for e in entries
+            OutboxRow(e.key, e.receiver, e.run, e.severity, e.notice, now, e.due) for e in entries
         ]
         new = 0
 
@@ -94,19 +81,15 @@ class Outbox:
             self._db.executemany(
                 "INSERT OR IGNORE INTO outbox (key, receiver, run, severity, payload, created, due)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
+                [r.params()[:7] for r in rows],
             )
             new = self._db.total_changes - before
 
         with self._lock:
             if self._write(insert):
                 return new
-            known = self._known_keys([e.key for e in entries])
-            return sum(
-                self._held.add(HeldRow(e.key, e.receiver, e.run, e.severity, e.payload, now, e.due))
-                for e in entries
-                if e.key not in known
-            )
+            known = self._known_keys([r.key for r in rows])
+            return sum(self._held.add(r) for r in rows if r.key not in known)
 
     def flush_held(self) -> None:
         """Write what a full disk held back, if it takes writes again (once per loop cycle)."""
@@ -124,15 +107,15 @@ class Outbox:
     def next_due(self, receiver: str) -> float | None:
         with self._lock:
             if self._held:
-                return self._next_due_held(receiver)
+                dues = [due for _, _, due, _ in self._waiting_in_table(receiver)]
+                dues += [r.due for r in self._held.waiting(receiver)]
+                return min(dues) if dues else None
             row = self._db.execute(
-                "SELECT min(due) FROM outbox"
-                " WHERE receiver = ? AND sent IS NULL AND failed IS NULL",
-                (receiver,),
+                f"SELECT min(due) FROM outbox WHERE receiver = ? AND {_WAITING}", (receiver,)
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
-    def take(self, receiver: str, now: float, *, batch: bool, limit: int = 50) -> list[Pending]:
+    def take(self, receiver: str, now: float, *, batch: bool, limit: int = 50) -> list[OutboxRow]:
         """The next message's rows: the run whose earliest row is due first, if it is due.
 
         With `batch`, every waiting row of that run goes along, due or not: a
@@ -143,8 +126,8 @@ class Outbox:
             if self._held:
                 return self._take_held(receiver, now, batch=batch, limit=limit)
             head = self._db.execute(
-                "SELECT run, key FROM outbox WHERE receiver = ? AND sent IS NULL"
-                " AND failed IS NULL AND due <= ? ORDER BY due, created, key LIMIT 1",
+                f"SELECT run, key FROM outbox WHERE receiver = ? AND {_WAITING}"
+                " AND due <= ? ORDER BY due, created, key LIMIT 1",
                 (receiver, now),
             ).fetchone()
             if head is None:
@@ -154,63 +137,18 @@ class Outbox:
     def confirm(self, receiver: str, keys: Iterable[str], now: float) -> None:
         """Mark rows sent and log the delivery, in one transaction."""
         keys = list(keys)
-        with self._lock:
-            table = self._held.sent(keys, now)
-
-            def update() -> None:
-                self._db.executemany(
-                    "UPDATE outbox SET sent = ?, last_error = NULL WHERE key = ?",
-                    [(now, k) for k in table],
-                )
-                self._db.execute(
-                    "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
-                    (receiver, now, len(keys)),
-                )
-
-            if not self._write(update):
-                for k in table:
-                    self._held.override(k).sent = now
-                self._held.deliveries.append((receiver, now, len(keys)))
+        self._change(keys, Change(sent=now), delivery=(receiver, now, len(keys)))
 
     def postpone(self, keys: Iterable[str], due: float, error: str) -> None:
-        with self._lock:
-            table = self._held.postponed(list(keys), due, error)
-            if not self._write(
-                lambda: self._db.executemany(
-                    "UPDATE outbox SET due = ?, attempts = attempts + 1, last_error = ?"
-                    " WHERE key = ?",
-                    [(due, error, k) for k in table],
-                )
-            ):
-                for k in table:
-                    o = self._held.override(k)
-                    o.due, o.attempts, o.last_error = due, o.attempts + 1, error
+        """A retryable failure: try again at `due`, one attempt counted."""
+        self._change(keys, Change(due=due, attempts=1, last_error=error))
 
     def defer(self, keys: Iterable[str], due: float) -> None:
         """Not before `due`, and no attempt counted: held back on purpose, not failed."""
-        with self._lock:
-            table = self._held.deferred(list(keys), due)
-            if not self._write(
-                lambda: self._db.executemany(
-                    "UPDATE outbox SET due = ? WHERE key = ?", [(due, k) for k in table]
-                )
-            ):
-                for k in table:
-                    self._held.override(k).due = due
+        self._change(keys, Change(due=due))
 
     def give_up(self, keys: Iterable[str], error: str, now: float) -> None:
-        with self._lock:
-            table = self._held.given_up(list(keys), error, now)
-            if not self._write(
-                lambda: self._db.executemany(
-                    "UPDATE outbox SET failed = ?, attempts = attempts + 1, last_error = ?"
-                    " WHERE key = ?",
-                    [(now, error, k) for k in table],
-                )
-            ):
-                for k in table:
-                    o = self._held.override(k)
-                    o.failed, o.attempts, o.last_error = now, o.attempts + 1, error
+        self._change(keys, Change(failed=now, attempts=1, last_error=error))
 
     def deliveries_since(self, receiver: str, since: float) -> list[float]:
         with self._lock:
@@ -221,7 +159,28 @@ class Outbox:
             held = [t for r, t, _ in self._held.deliveries if r == receiver and t > since]
         return sorted([r[0] for r in rows] + held)
 
-    # -- while a full disk holds writes back ------------------------------------
+    # -- the one write path -----------------------------------------------------
+
+    def _change(
+        self, keys: Iterable[str], change: Change, delivery: tuple[str, float, int] | None = None
+    ) -> None:
+        """Apply `change` to rows wherever they are: held rows in memory, table rows by
+        one UPDATE, or, when the disk refuses it, held for the next write that works."""
+        with self._lock:
+            table = self._held.apply(keys, change)
+
+            def update() -> None:
+                self._db.executemany(UPDATE, [change.params(k) for k in table])
+                if delivery is not None:
+                    self._db.execute(
+                        "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
+                        delivery,
+                    )
+
+            if not self._write(update):
+                self._held.defer(table, change)
+                if delivery is not None:
+                    self._held.deliveries.append(delivery)
 
     def _write(self, work: Callable[[], object]) -> bool:
         """Run `work` in one transaction with whatever is held; False if the disk is full.
@@ -232,7 +191,7 @@ class Outbox:
         try:
             with Transaction(self._db):
                 if flushing:
-                    self._write_held()
+                    self._held.write(self._db)
                 work()
         except (sqlite3.OperationalError, OSError) as exc:
             if not is_unwritable(exc):
@@ -245,70 +204,40 @@ class Outbox:
         self._trouble.worked()
         return True
 
-    def _write_held(self) -> None:
-        self._db.executemany(
-            "INSERT OR IGNORE INTO outbox (key, receiver, run, severity, payload, created, due,"
-            " attempts, last_error, sent, failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (*r.as_row()[:4], json.dumps(r.payload), *r.as_row()[5:])
-                for r in self._held.rows.values()
-            ],
-        )
-        self._db.executemany(
-            "UPDATE outbox SET sent = coalesce(?, sent), failed = coalesce(?, failed),"
-            " due = coalesce(?, due), attempts = attempts + ?,"
-            " last_error = CASE WHEN ? IS NOT NULL THEN NULL ELSE coalesce(?, last_error) END"
-            " WHERE key = ?",
-            [
-                (o.sent, o.failed, o.due, o.attempts, o.sent, o.last_error, k)
-                for k, o in self._held.overrides.items()
-            ],
-        )
-        self._db.executemany(
-            "INSERT INTO deliveries (receiver, sent, notifications) VALUES (?, ?, ?)",
-            self._held.deliveries,
-        )
+    # -- reading, with what is held ---------------------------------------------
 
     def _known_keys(self, keys: list[str]) -> set[str]:
         marks = ",".join("?" * len(keys))
         rows = self._db.execute(f"SELECT key FROM outbox WHERE key IN ({marks})", keys)
         return {r[0] for r in rows}
 
-    def _rows(self, receiver: str, run: str, key: str, *, batch: bool, limit: int) -> list[Pending]:
+    def _rows(
+        self, receiver: str, run: str, key: str, *, batch: bool, limit: int
+    ) -> list[OutboxRow]:
         if batch:
             rows = self._db.execute(
-                "SELECT key, receiver, run, severity, payload, created, due, attempts"
-                " FROM outbox WHERE receiver = ? AND run = ? AND sent IS NULL"
-                " AND failed IS NULL ORDER BY created, rowid LIMIT ?",
+                f"{SELECT} WHERE receiver = ? AND run = ? AND {_WAITING}"
+                " ORDER BY created, rowid LIMIT ?",
                 (receiver, run, limit),
             ).fetchall()
         else:
-            rows = self._db.execute(
-                "SELECT key, receiver, run, severity, payload, created, due, attempts"
-                " FROM outbox WHERE key = ?",
-                (key,),
-            ).fetchall()
-        return [Pending(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows]
+            rows = self._db.execute(f"{SELECT} WHERE key = ?", (key,)).fetchall()
+        return [OutboxRow.of(r) for r in rows]
 
-    def _waiting_in_table(self, receiver: str) -> Iterable[tuple[str, str, float, float]]:
-        """(run, key, due, created) of the table's waiting rows, with the held overrides."""
+    def _waiting_in_table(self, receiver: str) -> Iterator[tuple[str, str, float, float]]:
+        """(run, key, due, created) of the table's waiting rows, with the held changes."""
         rows = self._db.execute(
-            "SELECT run, key, due, created FROM outbox WHERE receiver = ? AND sent IS NULL"
-            " AND failed IS NULL ORDER BY due, created, key",
+            f"SELECT run, key, due, created FROM outbox WHERE receiver = ? AND {_WAITING}"
+            " ORDER BY due, created, key",
             (receiver,),
         )
         for run, key, due, created in rows:
-            o = self._held.overrides.get(key)
-            if o is not None and (o.sent is not None or o.failed is not None):
+            c = self._held.changes.get(key)
+            if c is not None and c.ends:
                 continue
-            yield run, key, (o.due if o is not None and o.due is not None else due), created
+            yield run, key, (c.due if c is not None and c.due is not None else due), created
 
-    def _next_due_held(self, receiver: str) -> float | None:
-        dues = [due for _, _, due, _ in self._waiting_in_table(receiver)]
-        dues += [r.due for r in self._held.waiting(receiver)]
-        return min(dues) if dues else None
-
-    def _take_held(self, receiver: str, now: float, *, batch: bool, limit: int) -> list[Pending]:
+    def _take_held(self, receiver: str, now: float, *, batch: bool, limit: int) -> list[OutboxRow]:
         heads = [
             (due, created, key, run)
             for run, key, due, created in self._waiting_in_table(receiver)
@@ -324,15 +253,16 @@ class Outbox:
         table = (
             [] if not batch and held else self._rows(receiver, run, key, batch=batch, limit=limit)
         )
-        gone = {
-            k for k, o in self._held.overrides.items() if o.sent is not None or o.failed is not None
-        }
-        rows = [p for p in table if p.key not in gone]
-        rows += [
-            Pending(r.key, r.receiver, r.run, r.severity, r.payload, r.created, r.due, r.attempts)
-            for r in held
-        ]
-        return sorted(rows, key=lambda p: p.created)[:limit]
+        rows = []
+        for r in table:
+            c = self._held.changes.get(r.key)
+            if c is not None:
+                if c.ends:
+                    continue
+                r.apply(c)
+            rows.append(r)
+        rows += held
+        return sorted(rows, key=lambda r: r.created)[:limit]
 
     # -- looking in -----------------------------------------------------------
 
@@ -340,8 +270,7 @@ class Outbox:
         """Rows by state: queued, sent, failed (for status output and tests)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT count(*) FILTER (WHERE sent IS NULL AND failed IS NULL),"
-                " count(sent), count(failed) FROM outbox"
+                f"SELECT count(*) FILTER (WHERE {_WAITING}), count(sent), count(failed) FROM outbox"
             ).fetchone()
             held = list(self._held.rows.values())
         return {
@@ -353,7 +282,7 @@ class Outbox:
     def waiting_receivers(self) -> set[str]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT DISTINCT receiver FROM outbox WHERE sent IS NULL AND failed IS NULL"
+                f"SELECT DISTINCT receiver FROM outbox WHERE {_WAITING}"
             ).fetchall()
         return {r[0] for r in rows}
 

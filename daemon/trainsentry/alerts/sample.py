@@ -14,12 +14,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainsentry.alert import Transition
+from trainsentry.alert import Notice, Transition
 from trainsentry.alerts.dispatch import render
 from trainsentry.alerts.incident import write_bundle
 from trainsentry.alerts.message import link_for
 from trainsentry.alerts.notifier import make_sink
-from trainsentry.alerts.outbox import Pending
+from trainsentry.alerts.outbox_rows import OutboxRow
 from trainsentry.alerts.route import Route
 from trainsentry.point import Point
 from trainsentry.sinks.base import SendResult
@@ -62,20 +62,14 @@ def send_sample(
     t, store = sample_transition(now)
     results: list[tuple[str, SendResult]] = []
     with tempfile.TemporaryDirectory(prefix="trainsentry-notify-test-") as tmp:
-        alert = t.as_dict()
         bundle = write_bundle(
             Path(tmp), t, store, {"run": RUN, "sample": True}, {"threshold": 100.0}
         )
-        payload = {
-            "alert": alert,
-            "kind": "firing",
-            "since": now - 30.0,
-            "at": now,
-            "threshold": 100.0,
-            "incident": str(bundle),
-            "link": link_for(link_template, alert),
-        }
-        row = Pending("notify-test", "", RUN, "critical", payload, now, now, 0)
+        notice = Notice(
+            t, "firing", now, since=now - 30.0, threshold=100.0, incident=str(bundle),
+            link=link_for(link_template, t),
+        )  # fmt: skip
+        row = OutboxRow("notify-test", "", RUN, "critical", notice, now, now)
         for route in routes:
             sink = make_sink(route)
             try:

@@ -22,7 +22,6 @@ to the working directory, as on a command line.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -30,22 +29,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from trainsentry.alerts.route import Route, RouteError, parse_alertmanager, parse_notify
 from trainsentry.config.model import Config, HttpSettings
 from trainsentry.config.schema import ConfigSpec
-from trainsentry.http_api.server import is_loopback
-
-# The rule loader's marked-YAML reader, shared on purpose: one reader for every file.
-from trainsentry.rules.loader import (
-    MarkedDocument,
-    YamlPath,
-    allowed_keys,
-    build_marked,
-    wording,
-)
+from trainsentry.http_api.address import is_loopback
+from trainsentry.rules.marked_yaml import MarkedDocument, YamlPath, problems, read_mapping
 
 # variable → (key path, how its text becomes a value)
 ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -108,26 +98,8 @@ class _Reader:
     # -- layer 1: the file ----------------------------------------------------
 
     def parse(self, text: str) -> dict[str, Any]:
-        doc = self.doc
-        try:
-            nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
-        except yaml.MarkedYAMLError as exc:
-            doc.error(exc.problem_mark or exc.context_mark, f"YAML syntax: {exc.problem}")
-            return {}
-        except yaml.YAMLError as exc:
-            doc.error(None, f"YAML: {exc}")
-            return {}
-        if len(nodes) > 1:
-            doc.error(nodes[1].start_mark, "one YAML document per config file")
-        data = build_marked(nodes[0], (), doc) if nodes else None
-        if data is None:
-            return {}
-        if not isinstance(data, dict):
-            doc.error(
-                nodes[0].start_mark, "expected a mapping of settings (`watch:`, `rules:` ...)"
-            )
-            return {}
-        return data
+        expected = "a mapping of settings (`watch:`, `rules:` ...)"
+        return read_mapping(text, self.doc, "config file", expected) or {}
 
     # -- layer 2: ${NAME} inside values -----------------------------------------
 
@@ -200,25 +172,18 @@ class _Reader:
             return None
 
     def report(self, exc: ValidationError) -> None:
+        """The errors at the key paths they name (`notify.routes[1].url`), since a value
+        may come from a variable rather than the file."""
         seen: set[YamlPath] = set()
-        for err in exc.errors():
-            loc: YamlPath = tuple(err["loc"])
-            if err["type"] == "extra_forbidden":
-                key = str(loc[-1])
-                allowed = allowed_keys(ConfigSpec, loc[:-1])
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                hint = (
-                    f"did you mean `{close[0]}`?"
-                    if close
-                    else f"expected one of: {', '.join(allowed)}"
-                )
-                self.error(loc, f"unknown key `{_key(loc)}`; {hint}", at_key=True)
+        for p in problems(exc, ConfigSpec):
+            if p.kind == "unknown":
+                self.error(p.loc, f"unknown key `{_key(p.loc)}`; {p.text}", at_key=True)
                 continue
-            if err["type"] == "missing":
-                self.error(loc[:-1], f"missing required key `{_key(loc)}`")
+            if p.kind == "missing":
+                self.error(p.loc, f"missing required key `{_key((*p.loc, p.key))}`")
                 continue
             # union branches append names like 'tuple[str, int]': cut back to a real key
-            known = loc
+            known = p.loc
             while known and known not in self.doc.values and known not in self.doc.keys:
                 if known in self.env_paths:
                     break
@@ -226,7 +191,7 @@ class _Reader:
             if known in seen:
                 continue
             seen.add(known)
-            self.error(known, f"`{_key(known)}`: {wording(err)}")
+            self.error(known, f"`{_key(known)}`: {p.text}")
 
 
 def _cwd_path(text: str) -> str:

@@ -31,12 +31,12 @@ from pydantic import (
     model_validator,
 )
 
+from trainsentry.http_api.address import DEFAULT_HOST, DEFAULT_PORT
 from trainsentry.rules.model import Span
 from trainsentry.rules.schema import Strict
 from trainsentry.sources.shard import ALL, Shard, ShardError, parse_shard
 
-DEFAULT_HTTP_HOST = "127.0.0.1"
-DEFAULT_HTTP_PORT = 9465
+DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT = DEFAULT_HOST, DEFAULT_PORT
 DURATION_HELP = "seconds or a duration like `30s`, `5m`, `4h`, `2d`"
 _OFF = frozenset({"off", "none", "no", "false", "disabled"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -1,8 +1,9 @@
 """The daemon's HTTP API (server.py), what it reads of the daemon (view.py), and its client
 for `trainsentry status` (status.py). /metrics itself is built in trainsentry.http_api.metrics."""
 
+from trainsentry.http_api.address import is_loopback
 from trainsentry.http_api.client import StatusError, fetch_status
-from trainsentry.http_api.server import ApiServer, HttpApiError, check_exposure, is_loopback
+from trainsentry.http_api.server import ApiServer, HttpApiError, check_exposure
 from trainsentry.http_api.view import (
     DaemonSnapshot,
     DaemonView,

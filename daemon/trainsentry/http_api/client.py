@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from trainsentry.http_api.server import DEFAULT_HOST, DEFAULT_PORT
+from trainsentry.http_api.address import DEFAULT_HOST, DEFAULT_PORT
 
 
 class StatusError(Exception):

@@ -16,7 +16,6 @@ load balancer should not need the token.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -28,27 +27,15 @@ from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
+from trainsentry.http_api.address import DEFAULT_HOST, DEFAULT_PORT, is_loopback
 from trainsentry.http_api.metrics import make_registry
 from trainsentry.http_api.view import DaemonView, alerts_document, runs_document
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9465  # next to the exporters' range; prometheus.yml in deploy/ scrapes it
-
 
 class HttpApiError(ValueError):
     """The server cannot start as configured; the message says what to change."""
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
 
 
 def check_exposure(host: str, token: str | None, allow_unauthenticated: bool) -> None:

@@ -68,9 +68,11 @@ class DaemonSnapshot:
         runs: Iterable[RunStatus],
         directories_seen: int | None = None,
         rule_evaluations: int | None = None,
+        saves: Any = None,
         now: float | None = None,
     ) -> DaemonSnapshot:
-        """From the runtime's `Stats` (points, records skipped, alert-state saves) and the rest."""
+        """From the loop's `Stats` (points, records skipped), the restart's `SaveStats`
+        (alert-state snapshots; None when nothing is saved) and the rest."""
         return cls(
             taken_at=time.time() if now is None else now,
             points_read=int(stats.points),
@@ -81,11 +83,11 @@ class DaemonSnapshot:
             rule_evaluations=rule_evaluations,
             directories_seen=directories_seen,
             points_relearned=int(stats.relearned),
-            state_saves=int(stats.state_saves),
-            state_save_failures=int(stats.state_save_failures),
-            state_saved_at=stats.state_saved_at,
-            state_save_seconds=float(stats.state_save_seconds),
-            state_bytes=int(stats.state_bytes),
+            state_saves=int(saves.saves) if saves else 0,
+            state_save_failures=int(saves.failures) if saves else 0,
+            state_saved_at=saves.saved_at if saves else None,
+            state_save_seconds=float(saves.seconds) if saves else 0.0,
+            state_bytes=int(saves.bytes) if saves else 0,
             runs=tuple(runs),
             alerts=tuple(firing),
         )

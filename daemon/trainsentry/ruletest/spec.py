@@ -20,15 +20,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from trainsentry.point import Point
-from trainsentry.rules.loader import (
-    DEFAULT_PACK,
-    MarkedDocument,
-    RuleFileError,
-    YamlPath,
-    build_marked,
-    load_rules,
-    report,
-)
+from trainsentry.rules.loader import DEFAULT_PACK, RuleFileError, load_rules
+from trainsentry.rules.marked_yaml import MarkedDocument, YamlPath, read_mapping, report
 from trainsentry.rules.model import RuleSet
 from trainsentry.rules.notation import NotationError, slots
 from trainsentry.rules.schema import Strict
@@ -274,19 +267,13 @@ def load_test_file(path: str | Path) -> TestFile:
     doc = MarkedDocument(str(path))
     try:
         text = path.read_text("utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError) as exc:
         raise TestFileError([f"{path}:1:1: cannot read: {exc}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        doc.error(exc.problem_mark or exc.context_mark, f"YAML syntax: {exc.problem}")
-        raise TestFileError(doc.rendered()) from None
-    except yaml.YAMLError as exc:
-        raise TestFileError([f"{path}:1:1: YAML: {exc}"]) from None
-    data = build_marked(node, (), doc) if node is not None else None
-    if not isinstance(data, dict):
-        doc.error(
-            node.start_mark if node else None, "expected a mapping with `rule_files:` and `tests:`"
-        )
+    expected = "a mapping with `rule_files:` and `tests:`"
+    data = read_mapping(text, doc, "rule test file", expected)
+    if not data:
+        if data is not None:  # an empty file
+            doc.error(None, f"expected {expected}")
         raise TestFileError(doc.rendered())
     spec: TestFileSpec | None
     try:

@@ -10,10 +10,11 @@ directory, and when the kernel's limit is used up watchdog leaves part of
 the tree unwatched without a word. Directories against watches is how the
 daemon notices, and a root short of watches is polled from then on.
 
-What the consumer of the points remembers (the alert state, `Memory`) is
-saved now and then with the read position of every file; after a restart
-each file is read again from that position up to its committed offset, those
-points going to `Memory.relearn` instead of the sinks.
+What the consumer of the points remembers (the alert state) is saved now
+and then with the read position of every file, and after a restart each file
+is read again from that position up to its committed offset, those points
+going to `Memory.relearn` instead of the sinks: restart.py decides what and
+from where; the loop only asks it.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import BinaryIO, Protocol
 
 from trainsentry.point import Row
-from trainsentry.runtime import heap
+from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
 from trainsentry.sources.tail import FileTail
-from trainsentry.state.db import Checkpoint, StateDB
+from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
 from trainsentry.watching.kernel import (
@@ -60,13 +60,6 @@ READ_BUDGET = 16 << 20
 # a directory a moment before its watch exists. A shortfall must outlast this
 # grace before the root is declared deaf and polled.
 WATCH_GRACE_SECONDS = 1.0
-# The alert state is saved this often, and at a clean stop; at most SNAPSHOT_SHARE
-# of the loop's time goes to it. A fleet of 1,000 runs with full windows saves
-# in ~0.4 s (0.6 s while the snapshot was a blob in state.db): once a minute that
-# is 7 % of the daemon's CPU, so such a fleet saves about every 80 s (a restart
-# relearns at most that much more), a small one still every minute.
-SNAPSHOT_SECONDS = 60.0
-SNAPSHOT_SHARE = 0.005
 # Read offsets are committed at most this often (and before every snapshot, at a
 # stop, and at the end of a cycle that showed alert transitions), not after every
 # cycle: a SQLite transaction per cycle was a tenth of the daemon's CPU, and a
@@ -82,37 +75,10 @@ COMMIT_SECONDS = 2.0
 BATCH_SECONDS = 0.1
 
 
-class Memory(Protocol):
-    """State kept downstream of the sinks that a restart must not lose (service.py)."""
-
-    digest: str  # of the code that reads `dump`'s bytes back
-
-    def restore(self, blob: bytes) -> bool:
-        """Take a saved state back; False if it cannot be used (then all is relearned)."""
-        ...
-
-    def dump(self, out: BinaryIO) -> None:
-        """Write the state to `out` (the bytes `restore` takes back)."""
-        ...
-
-    def relearn(self, run: str, rows: list[Row]) -> None:
-        """Rows delivered before the restart, read again to rebuild the state."""
-        ...
-
-    def keep_only(self, runs: set[str]) -> None:
-        """After the first sweep: release the restored runs no file is followed for."""
-        ...
-
-
 @dataclass(slots=True)
 class Stats:
     points: int = 0
     relearned: int = 0  # points read again after a restart to rebuild the alert state
-    state_saves: int = 0  # alert-state snapshots written
-    state_save_failures: int = 0
-    state_saved_at: float | None = None  # time.time() of the last snapshot written
-    state_save_seconds: float = 0.0  # how long the last one took
-    state_bytes: int = 0  # its size
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
@@ -135,6 +101,7 @@ class Daemon:
         memory: Memory | None = None,
         snapshot_every: float = SNAPSHOT_SECONDS,
     ) -> None:
+        """`memory`: the alert state a restart restores and relearns (restart.py)."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -155,16 +122,16 @@ class Daemon:
         self._tails: dict[str, FileTail] = {}
         self.access = AccessProblems()  # unreadable paths, said once each
         self._checkpoints = state.load_offsets()
-        self._memory = memory
-        self._snapshot_every = snapshot_every
-        self._next_snapshot = time.monotonic() + snapshot_every
-        self._earliest_snapshot = 0.0  # the share of the loop snapshots may take allows one
-        # Where the restored state stopped reading each file; None: nothing restored.
-        self._relearn_from: dict[str, Checkpoint] = {}
-        if memory is not None:
-            saved = state.load_snapshot(memory.digest)
-            if saved is not None and memory.restore(saved.blob):
-                self._relearn_from = saved.offsets
+        self.restart = (
+            None
+            if memory is None
+            else Restart(
+                memory,
+                SnapshotFile(state.directory),
+                every=snapshot_every,
+                on_error=self._on_error,
+            )
+        )
         self._watcher = new_watcher()
         self._pending: set[str] = set()
         # Files whose path may name another file than the one open (a directory event
@@ -189,8 +156,8 @@ class Daemon:
         if self.poll is None:
             self._watcher.watch([r.top for r in self.roots])
         self.sweep()
-        if self._memory is not None:  # runs deleted, or no longer watched, while it was down
-            self._memory.keep_only({t.log.run for t in self._tails.values()})
+        if self.restart is not None:  # runs deleted, or no longer watched, while it was down
+            self.restart.memory.keep_only({t.log.run for t in self._tails.values()})
 
     def run_forever(self) -> None:
         self.start()
@@ -356,21 +323,12 @@ class Daemon:
         return walked
 
     def _follow(self, found: LogFile) -> FileTail:
-        """A tail resuming where the last process stopped, relearning what the state lacks.
-
-        The saved state saw a file up to its snapshot position (nothing of it,
-        if the file is not in the snapshot); what was read after that, up to
-        the committed offset, is read again for the state to relearn.
-        """
+        """A tail resuming where the last process stopped, relearning what the state lacks."""
         key = str(found.path)
         committed = self._checkpoints.pop(key, None)
-        if self._memory is None or committed is None or committed.offset == 0:
+        start = self.restart.relearn_from(committed) if self.restart is not None else None
+        if start is None:
             return FileTail(found, committed)
-        start = self._relearn_from.pop(key, None)
-        if start is None or not start.same_file(committed) or start.offset > committed.offset:
-            start = Checkpoint(key, 0, 0, b"", 0)
-        if start.offset == committed.offset:
-            return FileTail(found, committed)  # nothing to relearn
         self._relearners.add(key)
         return FileTail(found, committed, relearn_from=start)
 
@@ -407,9 +365,9 @@ class Daemon:
                 self.access.failed(key, got.unreadable)
             else:
                 self.access.readable(key)
-            if got.replayed_rows and self._memory is not None:
+            if got.replayed_rows and self.restart is not None:
                 self.stats.relearned += sum(map(len, map(_VALUES, got.replayed_rows)))
-                self._memory.relearn(got.run, got.replayed_rows)
+                self.restart.memory.relearn(got.run, got.replayed_rows)
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
@@ -442,7 +400,7 @@ class Daemon:
             self._backfilled(None, 0, more=False)
         if self._on_cycle is not None:
             self._on_cycle()
-        if time.monotonic() >= self._next_snapshot:
+        if self.restart is not None and self.restart.due:
             self._snapshot()
         return delivered
 
@@ -484,10 +442,8 @@ class Daemon:
             self.access.forget(k)
             log.info("released %s", k)
         self.state.forget_offsets(keys)
-        # the snapshot still holds their positions: a file recreated at the same path (a
-        # reused inode, the same first bytes) must not be relearned from them after a
-        # restart. So the next is taken as soon as the share allows, not at the interval.
-        self._next_snapshot = min(self._next_snapshot, self._earliest_snapshot)
+        if self.restart is not None:
+            self.restart.released()
         alive = {t.log.run for t in self._tails.values()}
         for run in runs - alive:
             if self._on_release is not None:
@@ -524,28 +480,10 @@ class Daemon:
             self.state.save_offsets(t.checkpoint() for t in unsaved.values())
 
     def _snapshot(self) -> None:
-        """Save the memory with each file's read position, at a cycle's end (consistent).
-
-        The interval stretches so that snapshots take at most SNAPSHOT_SHARE of
-        the loop: pickling a large fleet's state is not free.
-        """
-        if self._memory is None:
+        """Save the memory with each file's read position, at a cycle's end (consistent)."""
+        if self.restart is None:
             return
-        began = time.monotonic()
         # the snapshot's positions must not pass the committed offsets: a restart
         # relearns from the one up to the other
         self._commit()
-        try:
-            size = self.state.save_snapshot(
-                self._memory.digest, self._memory.dump, [t.position() for t in self._tails.values()]
-            )
-        except Exception as exc:  # a full disk must not stop reading; the next try may work
-            self.stats.state_save_failures += 1
-            self._on_error(f"could not save the alert state: {exc}")
-        else:
-            self.stats.state_saves += 1
-            self.stats.state_saved_at, self.stats.state_bytes = time.time(), size
-        heap.trim()  # the pickler's memo, freed: see heap.py
-        spent = self.stats.state_save_seconds = time.monotonic() - began
-        self._earliest_snapshot = time.monotonic() + spent / SNAPSHOT_SHARE
-        self._next_snapshot = max(time.monotonic() + self._snapshot_every, self._earliest_snapshot)
+        self.restart.save([t.position() for t in self._tails.values()])

@@ -14,10 +14,10 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 from trainsentry import __version__
 from trainsentry.alert import Transition
+from trainsentry.alerts.grouping import FiringBook
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
@@ -26,8 +26,8 @@ from trainsentry.http_api.view import runs_of_store
 from trainsentry.point import Row, points_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
-from trainsentry.runtime import restart as snapshot
 from trainsentry.runtime.loop import Daemon
+from trainsentry.runtime.restart import AlertMemory
 from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 from trainsentry.state.disk_full import HeldState, WriteTrouble
@@ -66,8 +66,8 @@ class Service:
     ) -> None:
         self.config = config
         try:
-            self._ruleset = load_rules(list(config.rules))
-            self.engine = Engine(self._ruleset)
+            self.ruleset = load_rules(list(config.rules))
+            self.engine = Engine(self.ruleset)
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
         try:
@@ -94,8 +94,7 @@ class Service:
             control_dir=config.control_dir.absolute() if config.control_dir else None,
         )
         sinks = [self._evaluate, self._print_points] if verbose >= 2 else [self._evaluate]
-        self.digest = snapshot.code_digest()
-        self._restored: list[Transition] | None = None  # what a rule change resolved
+        self.memory = AlertMemory(self, lambda: self.daemon.stats.relearned)
         self.daemon = Daemon(
             paths,
             state,
@@ -105,7 +104,7 @@ class Service:
             on_cycle=self._on_cycle,
             owns_run=config.shard.owns,
             max_wait=HEARTBEAT_SECONDS,
-            memory=self,
+            memory=self.memory,
             snapshot_every=config.snapshot_interval,
         )
         self.systemd = SystemdNotifier()
@@ -120,7 +119,17 @@ class Service:
 
     # -- the pipeline ---------------------------------------------------------
 
-    def _deliver(self, transitions: list[Transition]) -> None:
+    @property
+    def book(self) -> FiringBook:
+        """What is firing and who was told (the notifier's; saved with the engine)."""
+        return self.notifier.book
+
+    @book.setter
+    def book(self, book: FiringBook) -> None:
+        self.notifier.book = book
+
+    def deliver(self, transitions: list[Transition]) -> None:
+        """Show and tell a cycle's transitions (before that cycle's offsets commit)."""
         if not transitions:  # nearly every record: nothing changed
             return
         book = self.notifier.book
@@ -138,37 +147,11 @@ class Service:
         for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
             if step:
                 self.engine.shift_clock(run, step)
-            self._deliver(self.engine.feed_rows(run, part))
+            self.deliver(self.engine.feed_rows(run, part))
 
-    # -- the alert state across restarts (runtime.Memory; see snapshot.py) ------
-
-    def restore(self, blob: bytes) -> bool:
-        loaded = snapshot.load(blob)
-        if loaded is None:
-            return False
-        self.engine, self.notifier.book = loaded.engine, loaded.book
-        self.store.extend(loaded.lasts)
-        self._restored = self.engine.reload(self._ruleset)  # rules edited while it was down
-        return True
-
-    def dump(self, out: BinaryIO) -> None:
-        store = self.store
-        lasts = [s.last for run in store.runs() for s in store.series(run).values()]
-        snapshot.dump(self.engine, self.notifier.book, lasts, out)
-
-    def relearn(self, run: str, rows: list[Row]) -> None:
-        self.store.extend_rows(run, rows)
-        self.notifier.submit(self.engine.feed_rows(run, rows), relearned=True)
-
-    def keep_only(self, runs: set[str]) -> None:
-        for run in set(self.engine.runs()) - runs:
-            self._deliver(self.engine.finish(run, "no longer watched"))
-        if self._restored is not None:  # counted now: the snapshot may predate a resolve
-            print(
-                f"trainsentry: restored the alert state ({len(self.notifier.book)} firing now, "
-                f"{self.daemon.stats.relearned} points relearned)",
-                flush=True,
-            )
+    def relearned_transitions(self, transitions: list[Transition]) -> None:
+        """Transitions re-derived after a restart (restart.py): the firing book learns them."""
+        self.notifier.submit(transitions, relearned=True)
 
     def _print_points(self, run: str, rows: list[Row]) -> None:
         text = "".join(json.dumps(p.as_dict()) + "\n" for p in points_of(run, rows))
@@ -177,7 +160,7 @@ class Service:
             sys.stdout.flush()
 
     def _released(self, run: str) -> None:
-        self._deliver(self.engine.finish(run, "run deleted"))
+        self.deliver(self.engine.finish(run, "run deleted"))
         self.store.release_run(run)
         self.silence.forget(run)
 
@@ -190,7 +173,7 @@ class Service:
             self._next_tick = now + TICK_SECONDS
             if now >= self._next_clocks:
                 self._next_clocks = now + max(TICK_SECONDS, self.engine.tick_every)
-                self._deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
+                self.deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
             self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()
@@ -201,6 +184,7 @@ class Service:
                 firing=self.engine.firing(),
                 runs=runs_of_store(self.store),
                 directories_seen=self.daemon.stats.directories,
+                saves=self.daemon.restart.stats if self.daemon.restart else None,
             )
         )
 
@@ -234,8 +218,8 @@ class Service:
                 print(err, file=sys.stderr)
             print("trainsentry: reload failed; the old rules keep running", file=sys.stderr)
         else:
-            self._ruleset = rules
-            self._deliver(self.engine.reload(rules))
+            self.ruleset = rules
+            self.deliver(self.engine.reload(rules))
             self._next_clocks = 0.0  # the new rules' silences may be shorter
             print(f"trainsentry: reloaded {len(self.engine.rules)} rules", flush=True)
             if fresh != self.config:
@@ -288,8 +272,8 @@ class Service:
             if lane.route.kind != "command":
                 print(f"trainsentry: notifying {lane.sink.name}", flush=True)
         self.notifier.start()
-        if self._restored is not None:
-            self._deliver(self._restored)
+        if self.memory.restored is not None:
+            self.deliver(self.memory.restored)
         guard = StuckLoopGuard(self.heartbeat, STUCK_SECONDS)
         guard.start()
         self.systemd.ready(f"watching {where}")

@@ -22,6 +22,7 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any
 
+from trainsentry.alert import Notice, Transition
 from trainsentry.sinks.base import Message, SendResult
 from trainsentry.sinks.masking import mask_url
 
@@ -39,48 +40,43 @@ def iso(ts: float) -> str:
     )
 
 
-def _labels(alert: dict[str, Any], severity: str) -> dict[str, str]:
-    labels = {str(k): str(v) for k, v in (alert.get("labels") or {}).items() if v != ""}
+def _labels(alert: Transition, severity: str) -> dict[str, str]:
+    labels = {str(k): str(v) for k, v in alert.labels.items() if v != ""}
     labels.update(
-        alertname=str(alert["rule"]),
-        run=str(alert["run"]),
+        alertname=alert.rule,
+        run=alert.run,
         severity=severity,
-        rule=str(alert["rule"]),
-        metric=str(alert["metric"]),
-        family=str(alert.get("family") or alert["rule"]),
+        rule=alert.rule,
+        metric=alert.metric,
+        family=alert.family or alert.rule,
     )
     return labels
 
 
-def to_alertmanager(payloads: tuple[dict[str, Any], ...], now: float) -> list[dict[str, Any]]:
+def to_alertmanager(notices: tuple[Notice, ...], now: float) -> list[dict[str, Any]]:
     """The v2 `postableAlerts` for a batch; a later row of the same label set wins."""
     out: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
-    for p in payloads:
-        alert = p["alert"]
-        resolved = alert["state"] == "resolved"
-        value = alert.get("value")
-        description = [str(alert.get("message", ""))]
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            description.append(f"value {value:.6g} at step {alert.get('step')}")
-        if p.get("reason"):
-            description.append(f"reason: {p['reason']}")
-        annotations = {
-            "summary": str(alert.get("message", "")),
-            "description": "; ".join(description),
-        }
-        if alert.get("runbook"):
-            annotations["runbook"] = str(alert["runbook"])
+    for n in notices:
+        alert = n.alert
+        description = [alert.message]
+        if math.isfinite(alert.value):
+            description.append(f"value {alert.value:.6g} at step {alert.step}")
+        if n.reason:
+            description.append(f"reason: {n.reason}")
+        annotations = {"summary": alert.message, "description": "; ".join(description)}
+        if alert.runbook:
+            annotations["runbook"] = alert.runbook
         entry: dict[str, Any] = {
-            "labels": _labels(alert, str(alert["severity"])),
+            "labels": _labels(alert, alert.severity),
             "annotations": annotations,
-            "startsAt": iso(float(p.get("since", p.get("at", now)))),
-            "endsAt": iso(float(p.get("at", now)) if resolved else now + VALID_FOR_SECONDS),
+            "startsAt": iso(n.since if n.since is not None else n.at),
+            "endsAt": iso(n.at if n.resolved else now + VALID_FOR_SECONDS),
         }
-        if p.get("link"):
-            entry["generatorURL"] = str(p["link"])
-        if alert.get("escalated_from") and not resolved:
-            old = dict(entry, labels=_labels(alert, str(alert["escalated_from"])))
-            old["endsAt"] = iso(float(p.get("at", now)))
+        if n.link:
+            entry["generatorURL"] = n.link
+        if alert.escalated_from and not n.resolved:
+            old = dict(entry, labels=_labels(alert, alert.escalated_from))
+            old["endsAt"] = iso(n.at)
             out[tuple(sorted(old["labels"].items()))] = old
         out[tuple(sorted(entry["labels"].items()))] = entry
     return list(out.values())

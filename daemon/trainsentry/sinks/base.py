@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from trainsentry.alert import Notice
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,8 @@ class SendResult:
 class Message:
     """One notification as a person reads it, plus the alerts it carries for machines.
 
-    `alerts` are the outbox payloads (a transition with its context) in the
-    order they happened; a sink that speaks a structured protocol
+    `alerts` are the notices (a transition with its context) in the order they
+    happened; a sink that speaks a structured protocol
     (Alertmanager) reads those instead of the text.
     """
 
@@ -46,7 +48,7 @@ class Message:
     body: str  # markdown
     severity: str  # the highest severity in the message: "critical" | "warning" | "resolved"
     attachments: tuple[Path, ...] = ()
-    alerts: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    alerts: tuple[Notice, ...] = field(default_factory=tuple)
 
 
 class Sink(Protocol):

@@ -9,18 +9,14 @@ WAL lets them read while another writes, and a busy timeout queues the writers.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
-import os
-import pickle
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -65,17 +61,12 @@ CREATE TABLE IF NOT EXISTS deliveries (
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_receiver ON deliveries (receiver, sent);
 -- Earlier versions kept the alert state here, a blob and its offsets: it is a file of
--- its own now (StateDB.save_snapshot).
+-- its own now (runtime/restart.py).
 DROP TABLE IF EXISTS snapshot;
 DROP TABLE IF EXISTS snapshot_offsets;
 """
 
 BUSY_TIMEOUT_SECONDS = 30.0
-# The alert state (engine and firing book, see snapshot.py) as of one moment, and where
-# reading each file stood at that moment: after a restart the state is restored and the
-# points between these positions and `offsets` are read again, to relearn, not to tell.
-SNAPSHOT_FILE = "alert-state.snapshot"
-SNAPSHOT_FORMAT = 1
 
 
 def connect(path: Path | str) -> sqlite3.Connection:
@@ -115,14 +106,6 @@ class Checkpoint:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Saved alert state and the read position of each file it has seen."""
-
-    blob: bytes
-    offsets: dict[str, Checkpoint]
-
-
 _COLUMNS = "path, dev, ino, fingerprint, offset, behind, decoder_state"
 
 
@@ -131,8 +114,6 @@ class StateDB:
         self.path = Path(path) if str(path) != ":memory:" else None
         self.directory = self.path.parent if self.path is not None else None
         self._db = connect(path)
-        self._snapshot_path = self.directory / SNAPSHOT_FILE if self.directory is not None else None
-        self._in_memory: bytes | None = None  # the snapshot of a state DB in memory
 
     def load_offsets(self) -> dict[str, Checkpoint]:
         return self._load_checkpoints("offsets")
@@ -144,70 +125,6 @@ class StateDB:
             return
         with self._transaction():
             self._upsert("offsets", rows)
-
-    def load_snapshot(self, digest: str) -> Snapshot | None:
-        """The saved alert state, if one was saved by code of this `digest`; None if it
-        is missing, of other code, or damaged (then everything is relearned)."""
-        try:
-            if self._snapshot_path is None:
-                if self._in_memory is None:
-                    return None
-                source: BinaryIO = io.BytesIO(self._in_memory)
-            else:
-                source = open(self._snapshot_path, "rb")  # noqa: SIM115  # closed below
-        except FileNotFoundError:
-            return None
-        except OSError as exc:  # unreadable: relearned, as a damaged one is
-            log.warning("cannot read the saved alert state: %s; relearning from the logs", exc)
-            return None
-        with source:
-            try:
-                form, saved_by, rows = pickle.load(source)
-                if form != SNAPSHOT_FORMAT or saved_by != digest:
-                    return None
-                offsets = {r[0]: Checkpoint(*r) for r in rows}
-            except Exception:  # truncated or garbled: as if there were none
-                return None
-            return Snapshot(source.read(), offsets)
-
-    def save_snapshot(
-        self, digest: str, dump: Callable[[BinaryIO], None], positions: Iterable[Checkpoint]
-    ) -> int:
-        """Replace the snapshot: `dump` writes the state, saved with the read positions
-        it goes with in one file beside state.db (written aside, then renamed over the
-        old one, so one never outlives the other); its size.
-
-        Not a blob in state.db: the state of 1,000 runs is ~17 MB, and copying it
-        into SQLite's WAL (and from there into the database at the next
-        checkpoint) took longer than pickling it (measured: 0.2-0.36 s against
-        0.15 s), time the loop spent not reading. Not fsynced: after a power
-        cut a lost snapshot means a relearn from the logs, the time of a backfill.
-        """
-        rows = [
-            (c.path, c.dev, c.ino, c.fingerprint, c.offset, c.behind, c.decoder_state)
-            for c in positions
-        ]
-
-        def write(out: BinaryIO) -> int:
-            pickle.dump((SNAPSHOT_FORMAT, digest, rows), out, pickle.HIGHEST_PROTOCOL)
-            dump(out)
-            return out.tell()
-
-        if self._snapshot_path is None:
-            buffer = io.BytesIO()
-            size = write(buffer)
-            self._in_memory = buffer.getvalue()
-            return size
-        aside = self._snapshot_path.with_name(self._snapshot_path.name + ".new")
-        try:
-            with open(aside, "wb") as out:
-                size = write(out)
-            os.replace(aside, self._snapshot_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                aside.unlink()
-            raise
-        return size
 
     def _load_checkpoints(self, table: str) -> dict[str, Checkpoint]:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM {table}").fetchall()
