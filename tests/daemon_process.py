@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,14 @@ class DaemonProcess:
                 self._changed.notify_all()
 
     def wait_until(self, done: Callable[[], bool], timeout: float = WAIT) -> None:
+        """Until `done()`, looked at on every output line and every 0.1 s besides (it may
+        watch a file, not the output), or fail showing the daemon's last words."""
+        deadline = time.monotonic() + timeout
         with self._changed:
-            assert self._changed.wait_for(done, timeout), "".join(self.lines[-20:])
+            while not done():
+                left = deadline - time.monotonic()
+                assert left > 0, "".join(self.lines[-20:])
+                self._changed.wait(min(left, 0.1))
 
     def wait_for_points(self, count: int) -> None:
         self.wait_until(lambda: len(self.points) >= count)

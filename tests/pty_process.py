@@ -55,10 +55,12 @@ def screen_lines(text: str) -> list[str]:
 
 
 class PtyProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, columns: int = COLUMNS
+    ) -> None:
         master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
-        environ = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": str(LINES), "TERM": "xterm"}
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, columns, 0, 0))
+        environ = {**os.environ, "COLUMNS": str(columns), "LINES": str(LINES), "TERM": "xterm"}
         environ.pop("NO_COLOR", None)
         environ.update(env or {})
         self.proc = subprocess.Popen(

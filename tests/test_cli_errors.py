@@ -146,3 +146,26 @@ def test_a_bad_flag_is_one_line_pointing_at_help() -> None:
             "`30s`, `5m`, `4h`, `2d`, got 'soon' (see trainsentry run --help)"
         ],
     )
+
+
+def test_a_log_root_given_after_rules_is_named_as_such(tmp_path: Path, logs: Path) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text("rules: []\n")
+    rc, err = trainsentry("run", "--http", "off", "--rules", str(rules), str(logs))
+    assert rc == 2
+    assert err[0] == (
+        f"{logs}:1:1: no rule files (*.yaml, *.yml) here (a log directory? they go before --rules)"
+    )
+
+
+def test_rules_and_compare_rules_each_take_several_files(tmp_path: Path, logs: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("rules:\n  - name: loss_plateau\n    enabled: false\n")
+    report = tmp_path / "r.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "replay", str(logs), "--rules", "default",
+         str(mine), "--report", str(report), "--compare-rules", "default", str(mine)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"default, {mine}" in report.read_text()  # both packs named by their files

@@ -133,3 +133,26 @@ def test_polling_mode_reads_without_inotify(tmp_path: Path) -> None:
     finally:
         daemon.close()
     assert len(got) == 40
+
+
+def test_a_firing_leaves_its_plot_beside_the_incident_bundle_with_no_receiver(
+    tmp_path: Path,
+) -> None:
+    """The evidence is for the person who looks the next morning, notified or not."""
+    run = tmp_path / "logs" / "exp"
+    run.mkdir(parents=True)
+    lines = [f'{{"step": {s}, "loss": {2.0 - s / 100}}}' for s in range(50)]
+    (run / "metrics.jsonl").write_text("\n".join([*lines, '{"step": 50, "loss": NaN}']) + "\n")
+    state = tmp_path / "state"
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"), "--state-dir", str(state), "--http", "off", "--history", "all",
+        merge_stderr=True,
+    )  # fmt: skip
+    png = state / "incidents" / "exp" / "loss_non_finite-50.png"
+    try:
+        daemon.wait_for_text("loss_non_finite")
+        daemon.wait_until(lambda: png.exists(), timeout=120)  # drawn in a child process
+    finally:
+        daemon.stop()
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert png.with_suffix(".json").exists()

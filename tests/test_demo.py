@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,24 @@ def test_kept_logs_replay_to_the_same_critical(tmp_path: Path) -> None:
         check=True,
     )
     assert "ESCALATED critical grad_norm_exponential_growth" in replay.stdout
+
+
+def test_on_an_80_column_terminal_no_line_breaks_inside_a_field(tmp_path: Path) -> None:
+    """Heads keep "step N" whole, progress lines fit, and long lines hang after their label."""
+    from pty_process import PtyProcess, plain
+
+    term = PtyProcess("demo", "--fast", env={"TMPDIR": str(tmp_path)}, columns=80)
+    assert term.wait() == 0
+    lines = [x.rstrip() for x in plain(term.output).replace("\r\n", "\n").splitlines()]
+    assert [x for x in lines if len(x) > 80] == []
+    numbers = [b.split()[0].isdigit() if b.split() else False for b in lines[1:]]
+    cut = [a for a, n in zip(lines, numbers, strict=False) if a.endswith(" step") and n]
+    assert cut == []
+    progress = [x for x in lines if re.match(r"\[\s*[\d.]+s\] step ", x)]
+    assert progress and all("so far" in x or "no alerts yet" in x for x in progress)
+    heads = [
+        i for i, x in enumerate(lines) if "grad_norm_exponential_growth" in x and "FIRING" in x
+    ]
+    assert heads and "train/grad_norm  step " in lines[heads[0] + 1]  # its own line, whole
+    lead = next(i for i, x in enumerate(lines) if "lead time:" in x)
+    assert lines[lead + 1].startswith(" " * len("  lead time: "))  # hanging, not at column 0

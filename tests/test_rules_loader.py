@@ -190,7 +190,10 @@ def test_check_reports_unreadable_paths_and_empty_directories(tmp_path: Path) ->
     assert check_paths([str(tmp_path / "nope.yaml")]) == [
         f"{tmp_path / 'nope.yaml'}:1:1: cannot read: No such file or directory"
     ]
-    assert check_paths([str(tmp_path)]) == [f"{tmp_path}:1:1: no rule files (*.yaml, *.yml) here"]
+    assert check_paths([str(tmp_path)]) == [
+        f"{tmp_path}:1:1: no rule files (*.yaml, *.yml) here (a log directory? "
+        "they go before --rules)"
+    ]
 
 
 def test_check_lints_every_file_of_a_directory(tmp_path: Path) -> None:
@@ -238,3 +241,40 @@ def test_a_rules_directory_loads_the_pack_not_its_tests(tmp_path) -> None:
     for name in ("pack.yaml", "tests/pack_test.yaml", "other_test.yaml"):
         (tmp_path / name).write_text("rules: []\n")
     assert expand_paths([str(tmp_path)]) == [str(tmp_path / "pack.yaml")]
+
+
+def test_a_rule_of_the_pack_is_dropped_by_its_name_alone(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("rules:\n  - name: loss_plateau\n    enabled: false\n")
+    names = {r.name for r in load_rules(["default", str(mine)]).rules}
+    assert "loss_plateau" not in names and "loss_non_finite" in names
+
+
+@pytest.mark.parametrize(("text", "where"), [("", "1:1"), ("rules:\n", "1:7"), ("# x\n", "1:1")])
+def test_an_empty_or_half_written_rule_file_is_refused(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(RuleFileError) as info:
+        load_rules([str(path)])
+    assert info.value.errors == [f"{path}:{where}: no rules in this file; write `rules: []` "
+                                 "if none is meant"]  # fmt: skip
+
+
+def test_no_rules_at_all_is_refused_unless_said(tmp_path: Path) -> None:
+    aliases_only = tmp_path / "a.yaml"
+    aliases_only.write_text("aliases: {loss: [my/objective]}\n")
+    with pytest.raises(RuleFileError, match="hold no rule"):
+        load_rules([str(aliases_only)])
+    none = tmp_path / "none.yaml"
+    none.write_text("rules: []\n")
+    assert load_rules([str(none)]).rules == ()
+    assert load_rules(["default", str(aliases_only)]).rules  # an add-on to a pack
+
+
+def test_a_directory_without_rule_files_given_as_rules_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(RuleFileError, match=r"no rule files .* they go before --rules"):
+        load_rules([str(tmp_path / "logs")])

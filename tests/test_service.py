@@ -150,3 +150,71 @@ def test_a_storm_of_signals_never_deadlocks_the_loop(tmp_path: Path) -> None:
     finally:
         daemon.stop()
     assert daemon.proc.returncode == 0
+
+
+def test_an_empty_rule_file_on_sighup_keeps_the_old_rules_and_their_alerts(
+    tmp_path: Path,
+) -> None:
+    """A non-atomic rewrite caught by the signal reads as an empty file: monitoring must
+    not go dark, nor every firing alert resolve "rule changed"."""
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(RULE.format(name="loss_high"))
+    run = tmp_path / "logs" / "exp"
+    run.mkdir(parents=True)
+    (run / "m.jsonl").write_text('{"step": 1, "loss": 500}\n')
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"), "--rules", str(rules), "--state-dir", str(tmp_path / "s"),
+        "--http", "off", "--history", "all", merge_stderr=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_for_text("FIRING")
+        rules.write_text("")
+        daemon.proc.send_signal(signal.SIGHUP)
+        assert "no rules in this file" in daemon.wait_for_text("mine.yaml:1:1:")
+        daemon.wait_for_text("reload failed; the old rules keep running")
+        rules.write_text("rules:\n")  # the same, half written
+        daemon.proc.send_signal(signal.SIGHUP)
+        daemon.wait_for_text("mine.yaml:1:7:")
+        daemon.wait_until(lambda: "".join(daemon.lines).count("reload failed") == 2)
+    finally:
+        daemon.stop()
+    assert "rule changed" not in "".join(daemon.lines)
+    assert "RESOLVED" not in "".join(daemon.lines)
+
+
+def test_a_sighup_keeps_the_rules_given_on_the_command_line_over_the_configs(
+    tmp_path: Path,
+) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(RULE.format(name="first"))
+    config = tmp_path / "trainsentry.yaml"
+    config.write_text("rules: [default]\nhttp: 'off'\n")  # 25 rules, were the flag lost
+    (tmp_path / "logs").mkdir()
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"), "--config", str(config), "--rules", str(rules),
+        "--state-dir", str(tmp_path / "s"), merge_stderr=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_for_text("with 1 rule ")
+        rules.write_text(RULE.format(name="first") + RULE.format(name="second")[len("rules:\n") :])
+        daemon.proc.send_signal(signal.SIGHUP)
+        daemon.wait_for_text("reloaded 2 rules")
+    finally:
+        daemon.stop()
+    assert "take effect on restart" not in "".join(daemon.lines)  # nothing else changed
+
+
+def test_a_busy_address_written_in_the_config_stops_the_start(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = tmp_path / "c.yaml"
+        config.write_text(f"http: 127.0.0.1:{port}\n")  # the shorthand, as explicit as the rest
+        out = subprocess.run(
+            [sys.executable, "-m", "trainsentry", "run", str(tmp_path), "--config", str(config),
+             "--state-dir", str(tmp_path / "s")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert out.returncode == 2
+    assert f"127.0.0.1:{port}" in out.stderr.splitlines()[-1]

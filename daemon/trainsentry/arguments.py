@@ -99,9 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", metavar="I/N", help="watch only the runs of shard I of N (1-based)")
     run.add_argument(
         "--rules",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PATH",
-        help="rule file or directory (repeatable; default: the shipped pack; 'default' names it)",
+        help="rule files or directories, later ones overriding earlier rules of the same name "
+        "(default: the shipped pack; 'default' names it)",
     )
     run.add_argument("--alerts-jsonl", metavar="FILE", help="append alert transitions here")
     run.add_argument(
@@ -168,16 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = sub.add_parser("replay", help="evaluate rules over finished runs (a backtest)")
     replay.add_argument("paths", nargs="+", metavar="PATH")
-    replay.add_argument("--rules", action="append", metavar="PATH", help="as for run")
+    replay.add_argument("--rules", action="extend", nargs="+", metavar="PATH", help="as for run")
     replay.add_argument("--format", choices=["text", "jsonl"], default="text")
     replay.add_argument(
         "--report", metavar="FILE.html", help="write a self-contained HTML backtest report"
     )
     replay.add_argument(
         "--compare-rules",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PATH",
-        help="with --report: also replay under this pack and compare it with --rules",
+        help="with --report: also replay under this pack (its files, as for --rules) "
+        "and compare it with --rules",
     )
     _color_argument(replay)
 

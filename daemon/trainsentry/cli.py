@@ -187,8 +187,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> Config:
     """The config file (or embedded defaults), then the flags given on the command line."""
-    from trainsentry.config import ConfigError, HttpSettings, load_config
-    from trainsentry.sources.shard import ShardError, parse_shard
+    from trainsentry.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)
@@ -196,6 +195,24 @@ def _run_config(args: argparse.Namespace) -> Config:
         raise _refused(exc.errors, "the config") from None
     except FileNotFoundError:
         raise UsageError(f"no such config file: {args.config}") from None
+    return _with_flags(args, config)
+
+
+def _reread(args: argparse.Namespace) -> Config:
+    """What a SIGHUP reloads: the config file again, with the same flags on top (a
+    `--rules` given at start must not be lost to the file's `rules`)."""
+    from trainsentry.config import ConfigError, load_config
+
+    try:
+        return _with_flags(args, load_config(args.config))
+    except (UsageError, FileNotFoundError) as exc:
+        raise ConfigError([str(exc)]) from None
+
+
+def _with_flags(args: argparse.Namespace, config: Config) -> Config:
+    from trainsentry.config import HttpSettings
+    from trainsentry.sources.shard import ShardError, parse_shard
+
     given = vars(args)
     changes: dict[str, object] = {}
     for key in ("history", "poll", "group_wait", "repeat_interval", "rate_limit", "notify_timeout"):
@@ -252,7 +269,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         ) from None
     alerts_jsonl = Path(args.alerts_jsonl) if args.alerts_jsonl else None
     try:
-        service = Service(config, paths, state_dir, verbose=args.verbose, alerts_jsonl=alerts_jsonl)
+        service = Service(
+            config,
+            paths,
+            state_dir,
+            verbose=args.verbose,
+            alerts_jsonl=alerts_jsonl,
+            reread=lambda: _reread(args),
+        )
         return service.run()
     except ServiceError as exc:
         raise UsageError(str(exc)) from None

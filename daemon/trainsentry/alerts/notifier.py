@@ -29,6 +29,7 @@ from trainsentry.alerts.grouping import Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
 from trainsentry.alerts.message import link_for
 from trainsentry.alerts.outbox import Entry, Outbox
+from trainsentry.alerts.plot import Plotter
 from trainsentry.alerts.route import Route
 from trainsentry.rules import model as m
 from trainsentry.sinks.base import Sink
@@ -117,6 +118,7 @@ class Notifier:
             for r in self.routes
         }
         self._by_receiver = {r.receiver: r for r in self.routes}
+        self.plots = Plotter()  # each incident's PNG beside its bundle
         orphans = outbox.waiting_receivers() - set(self.lanes)
         if orphans:
             log.warning(
@@ -128,6 +130,7 @@ class Notifier:
     def start(self) -> None:
         for lane in self.lanes.values():
             lane.start()
+        self.plots.start()
 
     # -- the main loop's calls -----------------------------------------------
 
@@ -167,6 +170,7 @@ class Notifier:
         """Stop the workers; a send in flight is abandoned and its rows stay queued."""
         for lane in self.lanes.values():
             lane.stop()
+        self.plots.stop()  # a plot being drawn finishes in its own process
         deadline = time.monotonic() + timeout
         for lane in self.lanes.values():
             lane.join(max(0.0, deadline - time.monotonic()))
@@ -239,10 +243,12 @@ class Notifier:
             return None
         try:
             extra = {"threshold": entry.threshold, "link": entry.link}
-            return write_bundle(self.incidents, t, self.store, self._run_meta(t.run), extra)
+            path = write_bundle(self.incidents, t, self.store, self._run_meta(t.run), extra)
         except (OSError, ValueError) as exc:
             log.warning("could not save the incident bundle of %s on %s: %s", t.rule, t.run, exc)
             return None
+        self.plots.draw(path)
+        return path
 
     def _act(
         self, t: Transition, rule: m.Rule, now: float, entries: list[Entry]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainsentry.alert import Transition
-from trainsentry.alerts.plot import _LOCK, _spans_decades
+from trainsentry.alerts.plot import PLOT_LOCK, spans_decades
 from trainsentry.backtest.data import FiringSpan, growth_fit
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def render_series(
 
     finite = [(s, v) for s, v in points if math.isfinite(v)]
     bad = [s for s, v in points if not math.isfinite(v)]
-    with _LOCK:
+    with PLOT_LOCK:
         fig = Figure(figsize=(6.4, 2.6), dpi=100)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
@@ -81,7 +81,7 @@ def render_series(
         for t in growth[:1]:
             _draw_fit(ax, points, t)
         positive = [(s, v) for s, v in finite if v > 0]
-        if positive and len(positive) == len(finite) and _spans_decades(positive):
+        if positive and len(positive) == len(finite) and spans_decades(positive):
             ax.set_yscale("log")
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -244,8 +244,10 @@ def _routes(spec: ConfigSpec, reader: _Reader) -> tuple[Route, ...]:
 def _http(spec: ConfigSpec, reader: _Reader, data: dict[str, Any]) -> HttpSettings:
     h = spec.http
     raw = data.get("http")
+    # an address written down (`http: HOST:PORT`, `http: {address: ...}`, TRAINSENTRY_HTTP)
+    # is one the operator wants: busy, it stops the start instead of being skipped
     explicit = ("http", "address") in reader.env_paths or (
-        isinstance(raw, dict) and "address" in raw
+        "address" in raw if isinstance(raw, dict) else raw is not None
     )
     if h.address is None:
         return HttpSettings(enabled=False, explicit=explicit)

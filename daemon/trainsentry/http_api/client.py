@@ -51,7 +51,7 @@ def _get(url: str, token: str | None, timeout: float) -> Any:
             hint = "a wrong token" if token else "no token given"
             raise StatusError(
                 f"{url}: the daemon wants a bearer token ({hint}); "
-                "set TRAINSENTRY_HTTP_TOKEN or pass --token"
+                "set TRAINSENTRY_HTTP_TOKEN to the daemon's token"
             ) from None
         raise StatusError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:

@@ -13,12 +13,13 @@ from trainsentry.rules.loader import RuleFileError, expand_paths, load_rules
 def check_paths(paths: list[str]) -> list[str]:
     """Every error in every file, each as "file:line:col: message"; [] when all is well."""
     errors: list[str] = []
-    files = expand_paths(paths)
-    if not files:
-        return [f"{p}:1:1: no rule files (*.yaml, *.yml) here" for p in paths]
+    try:
+        files = expand_paths(paths)
+    except RuleFileError as exc:  # a directory with no rule files
+        return exc.errors
     for path in files:
         try:
-            load_rules([path])
+            load_rules([path], alone=True)
         except RuleFileError as exc:
             errors.extend(exc.errors)
     return errors

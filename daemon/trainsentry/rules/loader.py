@@ -35,6 +35,12 @@ def _parse(text: str, name: str) -> tuple[RuleFileSpec | None, MarkedDocument]:
     )
     if data is None:
         return None, doc
+    if not set(data) - {"version"} or ("rules" in data and data["rules"] is None):
+        # an empty or half-written file (a non-atomic rewrite caught by a SIGHUP reads
+        # so) must not silently drop every rule: none has to be said
+        where = doc.values.get(("rules",)) or doc.keys.get(("rules",))
+        doc.error(where, "no rules in this file; write `rules: []` if none is meant")
+        return None, doc
     _duplicate_names(data, doc)  # on the raw data: with every other error, not after them
     try:
         return RuleFileSpec.model_validate(data), doc
@@ -68,12 +74,14 @@ class ParsedFile:
     rules: list[Rule]
     disabled: list[str]  # names with `enabled: false`: they remove a rule of an earlier file
     aliases: dict[str, list[str]]
+    none_meant: bool = False  # `rules: []`, said in so many words
 
 
 def parse_text(text: str, name: str = "<rules>") -> ParsedFile:
     """One file's rules and aliases; raises RuleFileError with all its errors."""
     spec, doc = _parse(text, name)
     parsed = ParsedFile([], [], dict(spec.aliases) if spec else {})
+    parsed.none_meant = spec is not None and "rules" in spec.model_fields_set and not spec.rules
     for i, rule in enumerate(spec.rules if spec else ()):
         mark = doc.values.get(("rules", i, "name"))
         if rule.enabled:
@@ -100,27 +108,34 @@ def expand_paths(paths: list[str]) -> list[str]:
     for raw in paths:
         path = Path(raw)
         if raw != DEFAULT_PACK and path.is_dir():
-            out.extend(
+            found = [
                 str(p)
                 for p in sorted(path.rglob("*"))
                 if p.suffix in (".yaml", ".yml") and not is_rule_test_file(p.relative_to(path))
-            )
+            ]
+            if not found:  # a log root given after --rules reads as one: say so
+                why = "no rule files (*.yaml, *.yml) here (a log directory? they go before --rules)"
+                raise RuleFileError([f"{raw}:1:1: {why}"])
+            out.extend(found)
         else:
             out.append(raw)
     return out
 
 
-def load_rules(rule_paths: list[str] | None = None) -> RuleSet:
+def load_rules(rule_paths: list[str] | None = None, *, alone: bool = False) -> RuleSet:
     """The default pack when given nothing; otherwise the files in order.
 
     A rule named like one in an earlier file replaces it (so a user file after
     `default` can retune or, with `enabled: false`, drop a shipped rule).
-    Raises RuleFileError listing every error in every file.
+    Raises RuleFileError listing every error in every file, and when the files hold
+    no rule at all unless one says `rules: []` (or `alone`: a file checked by itself,
+    which may hold only aliases).
     """
     paths = expand_paths(rule_paths or [DEFAULT_PACK])
     errors: list[str] = []
     rules: dict[str, Rule] = {}
     alias_files: list[dict[str, list[str]]] = []
+    none_meant = False
     for path in paths:
         try:
             text = default_pack_text() if path == DEFAULT_PACK else Path(path).read_text("utf-8")
@@ -132,12 +147,18 @@ def load_rules(rule_paths: list[str] | None = None) -> RuleSet:
         except RuleFileError as exc:
             errors.extend(exc.errors)
             continue
+        none_meant = none_meant or parsed.none_meant or bool(parsed.disabled)
         for gone in parsed.disabled:
             rules.pop(gone, None)
         for rule in parsed.rules:
             rules.pop(rule.name, None)
             rules[rule.name] = rule
         alias_files.append(parsed.aliases)
+    if not errors and not rules and not none_meant and not alone:
+        errors.append(
+            f"{paths[-1]}:1:1: these rule files hold no rule: nothing would be watched; "
+            "write `rules: []` if that is meant"
+        )
     if errors:
         raise RuleFileError(errors)
     aliases = tuple((c, tuple(t)) for f in reversed(alias_files) for c, t in f.items())

@@ -276,6 +276,8 @@ class RuleSpec(Strict):
     @model_validator(mode="after")
     def _one_condition(self) -> RuleSpec:
         found = [k for k in CONDITIONS if getattr(self, k) is not None]
+        if not self.enabled and not found:  # `- {name: loss_plateau, enabled: false}`
+            return self
         if len(found) != 1:
             kinds = ", ".join(CONDITIONS)
             detail = "none" if not found else ", ".join(found)

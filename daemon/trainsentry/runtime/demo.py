@@ -111,6 +111,10 @@ def simulate_job(
         report.done.set()
 
 
+# HF Trainer's names, shortened so a progress line fits 80 columns
+SHORT = {"learning_rate": "lr"}
+
+
 class Narrator:
     """Prints each transition as it happens, and remembers the ones the summary needs."""
 
@@ -123,16 +127,18 @@ class Narrator:
         self.count = 0
 
     def heartbeat(self, step: int, latest: dict[str, float]) -> None:
-        values = "  ".join(f"{k} {v:.3g}" for k, v in latest.items())
-        status = f"{self.count} alert transition(s) so far" if self.count else "no alerts"
-        self.line(f"[{time.monotonic() - self.started:4.1f}s] step {step:>5}  {values}  ({status})")
+        values = "  ".join(f"{SHORT.get(k, k)} {v:.3g}" for k, v in latest.items())
+        status = f"{self.count} alert(s) so far" if self.count else "no alerts yet"
+        stamp = f"[{time.monotonic() - self.started:4.1f}s] "
+        self.line(f"step {step:>5}  {values}  {status}", prefix=stamp)
         self.out.flush()
 
-    def line(self, text: str) -> None:
-        if self.console is not None:  # wrapped at words, not mid-word by the terminal
-            console.print_text(self.console, text)
+    def line(self, text: str, prefix: str = "") -> None:
+        """`text` after `prefix`; on a terminal wrapped at words and hanging after it."""
+        if self.console is not None:
+            console.print_text(self.console, text, prefix)
         else:
-            self.out.write(text + "\n")
+            self.out.write(prefix + text + "\n")
 
     def __call__(self, transitions: list[Transition]) -> None:
         for t in transitions:
@@ -143,7 +149,11 @@ class Narrator:
                 self.first_critical = t
             elapsed = f"[{time.monotonic() - self.started:4.1f}s]"
             if self.console is not None:  # as `trainsentry run` shows it on a terminal
-                self.console.print(console.transition_block(t, show_run=False, when=elapsed))
+                self.console.print(
+                    console.transition_block(
+                        t, show_run=False, when=elapsed, width=self.console.width
+                    )
+                )
                 continue
             state = "ESCALATED" if t.escalated_from else t.state.upper()
             line = (
@@ -196,12 +206,13 @@ def run_demo(
                 shown_step = p.step - p.step % HEARTBEAT_STEPS
                 narrate.heartbeat(p.step, latest)
 
-    out.write(
-        "trainsentry demo: a simulated fine-tune writes HF Trainer metrics as TensorBoard\n"
-        f"events; it trains normally for {healthy_steps} steps, then a learning-rate ramp\n"
-        "makes it diverge. The live daemon watches it with the default pack "
-        f"({len(rules)} rules).\n  logs: {run_dir}\n\n"
+    narrate.line(
+        "trainsentry demo: a simulated fine-tune writes HF Trainer metrics as TensorBoard "
+        f"events; it trains normally for {healthy_steps} steps, then a learning-rate ramp "
+        f"makes it diverge. The live daemon watches it with the default pack ({len(rules)} rules)."
     )
+    narrate.line(str(run_dir), prefix="  logs: ")
+    narrate.line("")
     out.flush()
     report = JobReport(run_dir)
     job = threading.Thread(
@@ -236,27 +247,31 @@ def _summary(
     line("what happened:")
     for label, t in (("warning ", narrate.first_warning), ("critical", narrate.first_critical)):
         if t is not None:
-            line(f"  {label}  step {t.step:>5}  {t.rule}: {t.message}")
+            line(f"{t.rule}: {t.message}", prefix=f"  {label}  step {t.step:>5}  ")
     if report.nan_step is not None:
-        line(f"  NaN       step {report.nan_step:>5}  train/loss is nan (the job is lost)")
+        line(
+            "train/loss is nan (the job is lost)", prefix=f"  NaN       step {report.nan_step:>5}  "
+        )
     first = narrate.first_critical
     if first is not None and report.nan_step is not None and report.nan_wall is not None:
         steps = report.nan_step - first.step
         seconds = report.nan_wall - first.wall_time
         line(
-            f"  lead time: {steps} steps, {seconds:.0f} s of training at {SECONDS_PER_STEP} s/step"
-            f" — between the first critical alert and the NaN"
+            f"{steps} steps, {seconds:.0f} s of training at {SECONDS_PER_STEP} s/step"
+            f" — between the first critical alert and the NaN",
+            prefix="  lead time: ",
         )
     elif first is None:
         line("  no critical alert fired: the demo did not go as planned")
     if notify:
         shown = ", ".join(scheme_only(u) for u in notify)
-        line(f"  would notify: {shown} (the demo sends nothing)")
+        line(f"{shown} (the demo sends nothing)", prefix="  would notify: ")
     else:
         line(
-            "  would notify: nothing configured — `trainsentry run --notify URL` sends these to "
-            "Slack, email, ntfy, any apprise URL (try --notify json://localhost:8080/alerts)"
+            "nothing configured — `trainsentry run --notify URL` sends these to "
+            "Slack, email, ntfy, any apprise URL (try --notify json://localhost:8080/alerts)",
+            prefix="  would notify: ",
         )
     if keep is not None:
-        line(f"  logs kept in {keep}: try `trainsentry replay {keep / 'logs'}`")
+        line(f"try `trainsentry replay {keep / 'logs'}`", prefix=f"  logs kept in {keep}: ")
     out.flush()

@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainsentry import __version__
@@ -63,8 +64,13 @@ class Service:
         *,
         verbose: int = 0,
         alerts_jsonl: Path | None = None,
+        reread: Callable[[], Config] | None = None,
     ) -> None:
+        """`reread`: the config a SIGHUP loads (default: the file again, as it is)."""
         self.config = config
+        self._reread = reread or (
+            (lambda: load_config(config.source)) if config.source else (lambda: config)
+        )
         try:
             self.ruleset = load_rules(list(config.rules))
             self.engine = Engine(self.ruleset)
@@ -211,7 +217,7 @@ class Service:
         """Re-read the config file and the rules; on any error keep what runs and say why."""
         self.systemd.reloading()
         try:
-            fresh = load_config(self.config.source) if self.config.source else self.config
+            fresh = self._reread()
             rules = load_rules(list(fresh.rules))
         except (ConfigError, RuleFileError) as exc:
             for err in exc.errors:

@@ -86,12 +86,15 @@ def transition_block(
     with_date: bool = False,
     runbook: bool = True,
     when: str | None = None,
+    width: int | None = None,
 ) -> RenderableType:
     """One transition: when, then a head (state, severity, run, rule, metric, step) and why.
 
-    A two-column grid, so that everything after the time — a head that wraps
-    on a narrow terminal, the message, the runbook — hangs in the second
-    column. A resolve is one dimmed row ending in its reason.
+    A two-column grid, so that everything after the time — the message, the
+    runbook — hangs in the second column. On a terminal too narrow for the
+    head (`width`, the console's), the metric and step go on a line of their
+    own rather than breaking wherever the width ends ("step" on one line, its
+    number on the next). A resolve is one dimmed row ending in its reason.
     """
     from rich.table import Table
     from rich.text import Text
@@ -99,18 +102,27 @@ def transition_block(
     resolved = t.state == "resolved"
     state = "resolved" if resolved else "ESCALATED" if t.escalated_from else t.state.upper()
     quiet = "dim" if resolved else ""
+    stamp = when or _when(t.wall_time, with_date)
     head = Text(overflow="fold")
     head.append(f"{state:<9} {t.severity:<8} ", style=quiet or SEVERITY_STYLE.get(t.severity, ""))
     if show_run:
         head.append(f"{t.run}  ", style=quiet or "cyan")
     head.append(t.rule, style=quiet or "bold")
-    head.append(f"  {t.metric}  step {t.step}", style=quiet)
+    where = Text(f"{t.metric}  step {t.step}", style=quiet)
+    if resolved:
+        where.append(f"  ({t.reason or 'recovered'})", style="dim italic")
+    room = None if width is None else width - len(stamp) - 2
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="dim")
     grid.add_column(overflow="fold")
-    grid.add_row(when or _when(t.wall_time, with_date), head)
+    if room is not None and len(head) + 2 + len(where) > room:
+        grid.add_row(stamp, head)
+        grid.add_row("", where)
+    else:
+        head.append("  ")
+        head.append_text(where)
+        grid.add_row(stamp, head)
     if resolved:
-        head.append(f"  ({t.reason or 'recovered'})", style="dim italic")
         return grid
     grid.add_row("", Text(t.message))
     if runbook and t.runbook:
@@ -124,15 +136,23 @@ def print_alerts(console: Console, transitions: Iterable[Transition]) -> None:
         if _bar is not None:
             _bar.clear_line()
         for t in transitions:
-            console.print(transition_block(t))
+            console.print(transition_block(t, width=console.width))
         console.file.flush()
 
 
-def print_text(console: Console, text: str) -> None:
-    """A line of prose, wrapped at words to the terminal's width."""
+def print_text(console: Console, text: str, prefix: str = "") -> None:
+    """A line of prose, wrapped at words to the terminal's width, hanging after `prefix`."""
+    from rich.table import Table
     from rich.text import Text
 
-    console.print(Text(text))
+    if not prefix:
+        console.print(Text(text))
+        return
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(prefix), Text(text))
+    console.print(grid)
 
 
 def print_replay(console: Console, transitions: Sequence[Transition]) -> None:
@@ -149,7 +169,13 @@ def print_replay(console: Console, transitions: Sequence[Transition]) -> None:
         shown: set[str] = set()  # a rule's runbook once per run, not at every firing
         for t in items:
             console.print(
-                transition_block(t, show_run=False, with_date=True, runbook=t.rule not in shown)
+                transition_block(
+                    t,
+                    show_run=False,
+                    with_date=True,
+                    runbook=t.rule not in shown,
+                    width=console.width,
+                )
             )
             if t.state == "firing":
                 shown.add(t.rule)
