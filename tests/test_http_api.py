@@ -61,7 +61,7 @@ SNAPSHOT = DaemonSnapshot(
     files_followed=4,
     cycles=17,
     rules_loaded=12,
-    rule_evaluations=60000,
+    values_dropped=7,
     directories_seen=9,
     runs=(RunStatus("exp1/seed0", 1234, NOW - 30, 20), RunStatus("exp2/seed0", 99, NOW - 7200, 3)),
     alerts=(
@@ -140,7 +140,7 @@ def test_metrics_are_served_in_prometheus_format(server: ApiServer) -> None:
     }
     assert samples[("trainsentry_points_read_total", ())] == 5000
     assert samples[("trainsentry_records_skipped_total", ())] == 3
-    assert samples[("trainsentry_rule_evaluations_total", ())] == 60000
+    assert samples[("trainsentry_values_dropped_total", ())] == 7
     assert samples[("trainsentry_rules_loaded", ())] == 12
     assert samples[("trainsentry_alerts_firing", (("severity", "critical"),))] == 1
     assert samples[("trainsentry_alerts_firing", (("severity", "warning"),))] == 1

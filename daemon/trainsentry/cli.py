@@ -290,10 +290,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as exc:
         raise UsageError(str(exc)) from None
     from trainsentry.terminal import render as console
-    from trainsentry.terminal.plain import loaded, render_status
+    from trainsentry.terminal.plain import given_up, loaded, render_status
 
     if console.is_rich(sys.stdout):
-        console.print_status(console.console_for(sys.stdout), *loaded(runs, alerts))
+        screen = console.console_for(sys.stdout)
+        console.print_status(screen, *loaded(runs, alerts), dropped=given_up(alerts))
     else:
         print(render_status(runs, alerts))
     return 0

@@ -5,6 +5,11 @@ people write, and must not become shell syntax. The alert travels in
 environment variables (TRAINSENTRY_RUN, _RULE, _SEVERITY, _STEP, _METRIC,
 _VALUE, _MESSAGE, _RUN_DIR, and the whole alert as JSON in TRAINSENTRY_ALERT).
 
+The command gets those and a minimal environment (PASSED: the search path, the
+user, the locale, the time zone, the temporary directory), never the
+daemon's own: that holds the notification URLs read through `env:`, the
+HTTP API's token and whatever else its unit or container was given.
+
 It runs in the outbox's action worker, not the main loop, with a timeout; a
 failure (non-zero exit, timeout, missing program) is logged and recorded, not
 retried and never fatal: a command is not idempotent the way a message is.
@@ -32,10 +37,20 @@ def alert_environment(alert: Transition, run_dir: str | None) -> dict[str, str]:
     return env
 
 
+PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+
+
+def command_environment(alert: Transition, run_dir: str | None) -> dict[str, str]:
+    """What a command action's process sees: a minimal environment and the alert."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED or k.startswith("LC_")}
+    env.update(alert_environment(alert, run_dir))
+    return env
+
+
 def run_command(
     argv: list[str], alert: Transition, timeout: float, run_dir: str | None = None
 ) -> SendResult:
-    env = {**os.environ, **alert_environment(alert, run_dir)}
+    env = command_environment(alert, run_dir)
     try:
         done = subprocess.run(
             argv,

@@ -13,6 +13,13 @@ record the outcome. The outcome follows the notifier contract: confirmed →
 retryable → given up and logged. `step(now)` does no waiting itself, so
 tests drive a worker with a fake clock, one step at a time.
 
+Delivery is at least once: a send that met no answer in time (the receiver
+may have taken it) is retried with a longer wait, each message carrying a
+stable key receivers can drop repeats by; after AMBIGUOUS_TRIES unanswered
+sends in a row it is given up and said loudly. A command action runs at most
+once: its row is marked done before the command starts, so a crash during it
+never runs it again.
+
 A route may hold a resolve back until its firing has been delivered for a
 while (`hold_resolve`): Alertmanager pages only after its group_wait, so a
 firing and its resolve that arrive together, as after an outage, would
@@ -22,6 +29,7 @@ wait together, so nothing overtakes it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
@@ -35,11 +43,13 @@ from trainsentry.alerts.grouping import backoff, rate_allowed_at
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.alerts.outbox_rows import OutboxRow
 from trainsentry.alerts.route import Route
-from trainsentry.sinks.base import Message, SendResult, Sink
+from trainsentry.sinks.base import AMBIGUOUS_TRIES, Message, SendResult, Sink
 
 log = logging.getLogger(__name__)
 
 IDLE_CHECK_SECONDS = 60.0  # a worker with nothing due still looks this often
+# What a command action's row says while it runs, and ever after if the daemon stops then
+STARTED = "started; the daemon stopped before its end was recorded (not run again)"
 
 
 def render(rows: list[OutboxRow], attachments: bool, now: float) -> Message:
@@ -59,12 +69,15 @@ def render(rows: list[OutboxRow], attachments: bool, now: float) -> Message:
                     png = None
                 if png is not None and png not in files:
                     files.append(png)
+    key = hashlib.sha256("\x1f".join(r.key for r in rows).encode()).hexdigest()[:32]
     return Message(
         title=text.title(notices),
-        body=text.body(notices, now),
+        body=text.body(notices, now) + f"\n\n`notification {key}`",
         severity=text.message_severity(notices),
         attachments=tuple(files),
         alerts=tuple(notices),
+        key=key,
+        attempt=max(r.attempts for r in rows),
     )
 
 
@@ -89,7 +102,8 @@ class Lane:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
-        self.failed = 0
+        self.failed = 0  # messages given up (each said in the log, at ERROR)
+        self._unanswered: dict[str, int] = {}  # row key → sends in a row met by no answer
         self._fired: dict[AlertKey, float] = {}  # alert → firing first delivered
 
     @property
@@ -108,13 +122,28 @@ class Lane:
         )
         if not rows:
             return self.outbox.next_due(self.receiver)
+        keys = [r.key for r in rows]
+        if self.route.kind == "command":  # at most once: done before it starts
+            self.outbox.give_up(keys, STARTED, now)
         try:
             result = self.sink.send(render(rows, self.sink.takes_attachments, now))
         except Exception as exc:  # a sink bug must not end the worker; the rows wait
             log.exception("sending to %s failed", self.sink.name)
             result = SendResult.retry(f"{type(exc).__name__}: {exc}")
         done = self._clock()
-        keys = [r.key for r in rows]
+        if result.retryable and self.route.kind == "command":
+            result = SendResult.fatal(result.error)  # run once already: never again
+        if result.ambiguous:
+            tries = max(self._unanswered.get(k, 0) for k in keys) + 1
+            for k in keys:
+                self._unanswered[k] = tries
+            if tries >= AMBIGUOUS_TRIES:
+                result = SendResult.fatal(
+                    f"{result.error}; no answer {tries} times in a row: it may have arrived, "
+                    "and is not sent again"
+                )
+        for k in keys if not result.retryable else ():
+            self._unanswered.pop(k, None)
         if result.ok:
             self.outbox.confirm(self.receiver, keys, done)
             for r in rows:

@@ -28,9 +28,11 @@ from trainsentry.alert import Notice
 COLUMNS = "key, receiver, run, severity, payload, created, due, attempts, last_error, sent, failed"
 INSERT = f"INSERT OR IGNORE INTO outbox ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # One statement for every change: a field the change leaves alone is NULL here and
-# coalesces to what the row has. A send clears the last error.
+# coalesces to what the row has. A send clears the last error, and the mark a command
+# action gets before it runs (dispatch.py: at most once).
 UPDATE = (
-    "UPDATE outbox SET sent = coalesce(?, sent), failed = coalesce(?, failed),"
+    "UPDATE outbox SET sent = coalesce(?, sent),"
+    " failed = CASE WHEN ? IS NOT NULL THEN NULL ELSE coalesce(?, failed) END,"
     " due = coalesce(?, due), attempts = attempts + ?,"
     " last_error = CASE WHEN ? IS NOT NULL THEN NULL ELSE coalesce(?, last_error) END"
     " WHERE key = ?"
@@ -51,7 +53,10 @@ class Change:
     def then(self, later: Change) -> None:
         """Fold a later change into this one (a table row's changes, held back)."""
         self.sent = later.sent if later.sent is not None else self.sent
-        self.failed = later.failed if later.failed is not None else self.failed
+        if later.sent is not None:
+            self.failed = None
+        elif later.failed is not None:
+            self.failed = later.failed
         self.due = later.due if later.due is not None else self.due
         self.attempts += later.attempts
         if later.sent is not None:
@@ -73,7 +78,10 @@ class Change:
         return self.sent is not None or self.failed is not None
 
     def params(self, key: str) -> tuple[object, ...]:
-        return (self.sent, self.failed, self.due, self.attempts, self.sent, self.last_error, key)
+        return (
+            self.sent, self.sent, self.failed, self.due, self.attempts, self.sent,
+            self.last_error, key,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -98,7 +106,7 @@ class OutboxRow:
 
     def apply(self, change: Change) -> None:
         if change.sent is not None:
-            self.sent, self.last_error = change.sent, None
+            self.sent, self.last_error, self.failed = change.sent, None, None
         elif change.last_error is not None:
             self.last_error = change.last_error
         if change.failed is not None:

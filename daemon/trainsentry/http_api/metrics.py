@@ -79,12 +79,21 @@ class DaemonCollector(Collector):
             "Rules loaded (after the last reload).",
             value=snap.rules_loaded,
         )
-        if snap.rule_evaluations is not None:
-            yield CounterMetricFamily(
-                "trainsentry_rule_evaluations",
-                "Rule evaluations: one per point per rule that reads its series.",
-                value=snap.rule_evaluations,
-            )
+        yield CounterMetricFamily(
+            "trainsentry_values_dropped",
+            "Values of new tags of runs past their series limit, dropped.",
+            value=snap.values_dropped,
+        )
+        yield CounterMetricFamily(
+            "trainsentry_names_cut",
+            "Tag and run names longer than the name limit, shortened.",
+            value=snap.names_cut,
+        )
+        yield CounterMetricFamily(
+            "trainsentry_runs_refused",
+            "Runs not followed because the daemon already follows its limit of runs.",
+            value=snap.runs_refused,
+        )
 
         firing = GaugeMetricFamily(
             "trainsentry_alerts_firing", "Alerts firing now, by severity.", labels=["severity"]

@@ -80,7 +80,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/runs":
             self._json(200, runs_document(self.server.view.snapshot(), self.server.clock()))
         elif path == "/api/alerts":
-            self._json(200, alerts_document(self.server.view.snapshot(), self.server.clock()))
+            view = self.server.view
+            doc = alerts_document(view.snapshot(), self.server.clock(), view.notification_counts())
+            self._json(200, doc)
         elif path == "/":
             self._json(200, {"endpoints": ["/metrics", "/healthz", "/api/runs", "/api/alerts"]})
         else:

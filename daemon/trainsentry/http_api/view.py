@@ -47,8 +47,10 @@ class DaemonSnapshot:
     files_followed: int = 0
     cycles: int = 0
     rules_loaded: int = 0
-    rule_evaluations: int | None = None  # None: the engine does not count them
     directories_seen: int | None = None  # None: unknown (compare with inotify watches)
+    values_dropped: int = 0  # values of tags beyond a run's series limit
+    names_cut: int = 0  # tag and run names shortened to the name limit
+    runs_refused: int = 0  # runs not followed: the daemon follows its limit of runs
     points_relearned: int = 0
     state_saves: int = 0
     state_save_failures: int = 0
@@ -67,8 +69,10 @@ class DaemonSnapshot:
         firing: Sequence[Transition],
         runs: Iterable[RunStatus],
         directories_seen: int | None = None,
-        rule_evaluations: int | None = None,
         saves: Any = None,
+        values_dropped: int = 0,
+        names_cut: int = 0,
+        runs_refused: int = 0,
         now: float | None = None,
     ) -> DaemonSnapshot:
         """From the loop's `Stats` (points, records skipped), the restart's `SaveStats`
@@ -80,8 +84,10 @@ class DaemonSnapshot:
             files_followed=int(stats.files),
             cycles=int(stats.cycles),
             rules_loaded=rules_loaded,
-            rule_evaluations=rule_evaluations,
             directories_seen=directories_seen,
+            values_dropped=values_dropped,
+            names_cut=names_cut,
+            runs_refused=runs_refused,
             points_relearned=int(stats.relearned),
             state_saves=int(saves.saves) if saves else 0,
             state_save_failures=int(saves.failures) if saves else 0,
@@ -246,12 +252,16 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     return {"now": now, "runs": runs}
 
 
-def alerts_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
-    """`{"now", "alerts": [the alert line of DESIGN.md, plus age_seconds]}`, criticals first."""
+def alerts_document(
+    snapshot: DaemonSnapshot, now: float, notifications: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """`{"now", "alerts": [the alert line of DESIGN.md, plus age_seconds], "notifications":
+    {queued, sent, failed}}`, criticals first: `failed` are notifications given up."""
     alerts = []
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.run, t.rule)):
         doc = t.as_dict()
         wall = doc.get("wall_time")
         doc["age_seconds"] = _age(now, wall) if isinstance(wall, float | int) else None
         alerts.append(doc)
-    return {"now": now, "alerts": alerts}
+    counts = {s: int((notifications or {}).get(s, 0)) for s in ("queued", "sent", "failed")}
+    return {"now": now, "alerts": alerts, "notifications": counts}

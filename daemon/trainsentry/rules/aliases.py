@@ -16,7 +16,6 @@ still resolves; anything else is its own canonical name.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 # canonical name → the tags writers use for it. Order matters only among
@@ -141,14 +140,59 @@ def spelling(tag: str) -> str:
     return tag.lower().replace("_", "").replace("-", "").replace(" ", "")
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + "(.*)".join(re.escape(p) for p in pattern.split("*")) + "$")
+class Glob:
+    """A `*` glob (`*` stands for any text, `/` included), matched in linear time.
+
+    Not a regex: `^a(.*)b(.*)c$` backtracks, and a pattern with several stars
+    (`*grad*norm*x`) against one long tag took seconds (a run's tags are
+    written by anyone). The segments between stars are placed right to left,
+    each as far right as it fits, with C-level rfind: a match exists exactly
+    when this placement succeeds, and it gives the first `*` the longest text
+    it can take, as the regex's greedy group did.
+    """
+
+    __slots__ = ("_head", "_middle", "_parts", "_tail")
+
+    def __init__(self, pattern: str) -> None:
+        self._parts = parts = pattern.split("*")
+        self._head, self._tail = parts[0], parts[-1]
+        self._middle = tuple(reversed(parts[1:-1]))
+
+    def star(self, text: str) -> str | None:
+        """What the first `*` stands for in `text` ("" without one); None: no match."""
+        head, tail = self._head, self._tail
+        if len(self._parts) == 1:
+            return "" if text == head else None
+        lo, hi = len(head), len(text) - len(tail)
+        if hi < lo or not text.startswith(head) or not text.endswith(tail):
+            return None
+        first = hi
+        for segment in self._middle:
+            first = text.rfind(segment, lo, first)
+            if first < 0:
+                return None
+        return text[lo:first]
+
+    def match(self, text: str) -> bool:
+        return self.star(text) is not None
 
 
-def glob_matcher(patterns: Iterable[str]) -> re.Pattern[str] | None:
-    """One regex for a list of `*` globs; None when the list is empty."""
-    parts = ["(?:" + _compile(p).pattern[1:-1] + ")" for p in patterns]
-    return re.compile("^(?:" + "|".join(parts) + ")$") if parts else None
+class Globs:
+    """Any of several globs."""
+
+    __slots__ = ("_globs",)
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._globs = tuple(Glob(p) for p in patterns)
+
+    def match(self, text: str) -> bool:
+        return any(g.star(text) is not None for g in self._globs)
+
+
+def glob_matcher(patterns: Iterable[str]) -> Globs | None:
+    """One matcher for a list of `*` globs; None when the list is empty."""
+    globs = Globs(patterns)
+    return globs if globs._globs else None
 
 
 class Aliases:
@@ -157,7 +201,7 @@ class Aliases:
     def __init__(self, table: AliasTable | None = None) -> None:
         self._exact: dict[str, str] = {}
         self._spelled: dict[str, str] = {}  # spelling(tag) → canonical, for unseen spellings
-        self._patterns: list[tuple[re.Pattern[str], str]] = []
+        self._patterns: list[tuple[Glob, str]] = []
         self._cache: dict[str, str] = {}
         self.table: dict[str, tuple[str, ...]] = {}
         self._add(SHIPPED if table is None else table)
@@ -169,7 +213,7 @@ class Aliases:
             self.table[canonical] = self.table.get(canonical, ()) + tags
             for tag in tags:
                 if "*" in tag:
-                    self._patterns.append((_compile(tag), canonical))
+                    self._patterns.append((Glob(tag), canonical))
                 else:
                     self._exact[tag] = canonical
                     self._spelled.setdefault(spelling(tag), canonical)
@@ -189,10 +233,10 @@ class Aliases:
         canonical = self._exact.get(tag)
         if canonical is None:
             canonical = self._spelled.get(spelling(tag), tag)
-            for regex, target in self._patterns:
-                match = regex.match(tag)
-                if match:
-                    canonical = target.replace("*", match.group(1), 1) if "*" in target else target
+            for glob, target in self._patterns:
+                star = glob.star(tag)
+                if star is not None:
+                    canonical = target.replace("*", star, 1) if "*" in target else target
                     break
         self._cache[tag] = canonical
         return canonical

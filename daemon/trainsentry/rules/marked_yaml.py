@@ -11,6 +11,13 @@ Scalars are read with YAML 1.2 core rules, not PyYAML's 1.1 ones: `1e3` is a
 number (1.1 reads it as a string) and `on`/`yes`/`no` are strings (1.1 reads
 them as booleans, which silently turns a metric called `on` into `true`).
 Where a boolean is expected pydantic still accepts yes/no/on/off.
+
+Reading is bounded: a file is at most MAX_FILE_BYTES, and its data at most
+MAX_VALUES keys, items and scalars once aliases are expanded. A YAML alias
+bomb (a few hundred bytes of anchors, each naming the one before many times)
+expands to billions of values; it costs nothing to compose, since the parser
+shares aliased nodes, but building the data from the tree would take the
+daemon's memory and, on a SIGHUP, its loop. It is refused at file:line:col.
 """
 
 from __future__ import annotations
@@ -41,12 +48,24 @@ _SPECIAL = {
 _MERGE = "tag:yaml.org,2002:merge"
 
 
+MAX_FILE_BYTES = 1 << 20  # the default pack is 20 kB
+MAX_VALUES = 100_000  # the default pack has under 300
+
+
+class _TooLarge(Exception):
+    """The document expands to more than MAX_VALUES values."""
+
+    def __init__(self, mark: yaml.Mark) -> None:
+        self.mark = mark
+
+
 @dataclass
 class MarkedDocument:
     name: str
     errors: list[tuple[int, int, str]] = field(default_factory=list)
     values: dict[YamlPath, yaml.Mark] = field(default_factory=dict)
     keys: dict[YamlPath, yaml.Mark] = field(default_factory=dict)
+    budget: int = MAX_VALUES  # values still allowed to be built
 
     def error(self, mark: yaml.Mark | None, message: str) -> None:
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -80,6 +99,9 @@ def _scalar(node: yaml.ScalarNode) -> Any:
 
 
 def build_marked(node: yaml.Node, path: YamlPath, doc: MarkedDocument) -> Any:
+    doc.budget -= 1
+    if doc.budget < 0:
+        raise _TooLarge(node.start_mark)
     doc.values.setdefault(path, node.start_mark)
     if isinstance(node, yaml.ScalarNode):
         return _scalar(node)
@@ -165,6 +187,9 @@ def read_mapping(text: str, doc: MarkedDocument, what: str, expected: str) -> di
     """The one YAML document of `text` as marked data, if it is a mapping; else None
     with the error in `doc`. `what` names the file ("rule file"), `expected` says
     what its top level should be."""
+    if len(text) > MAX_FILE_BYTES:
+        doc.error(None, f"larger than {MAX_FILE_BYTES >> 20} MB: not a {what} (refused unread)")
+        return None
     try:
         nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
     except yaml.MarkedYAMLError as exc:
@@ -176,7 +201,14 @@ def read_mapping(text: str, doc: MarkedDocument, what: str, expected: str) -> di
         return None
     if len(nodes) > 1:
         doc.error(nodes[1].start_mark, f"one YAML document per {what}")
-    data = build_marked(nodes[0], (), doc) if nodes else None
+    try:
+        data = build_marked(nodes[0], (), doc) if nodes else None
+    except _TooLarge as exc:  # aliases expanding without end: refused, not built
+        doc.error(exc.mark, f"expands to more than {MAX_VALUES:,} values (YAML aliases?): refused")
+        return None
+    except RecursionError:
+        doc.error(nodes[0].start_mark, "nested too deeply to be a " + what)
+        return None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -31,6 +31,7 @@ from trainsentry.point import Row
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, classify, roots
+from trainsentry.sources.names import safe_name
 from trainsentry.sources.tail import FileTail
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
@@ -68,6 +69,10 @@ WATCH_GRACE_SECONDS = 1.0
 # CPU). A kill -9 then repeats at most this long of points on the terminal (-vv);
 # the outbox's idempotency keys keep every notification from being sent twice.
 COMMIT_SECONDS = 2.0
+# Runs one daemon follows at most: each costs the rules' windows (~25 kB once full) and
+# the store's series (~110 kB for 20 of them), so 10,000 runs are ~1.5 GB; a larger
+# root is split between daemons with --shard. A run beyond it is said once, counted.
+MAX_RUNS = 10_000
 # A cycle begins at most this long after the one before: the files changed meanwhile are
 # read in one cycle. A live fleet writes a file every millisecond or so, and every cycle
 # has a cost of its own (the event read, the per-cycle checks, the heartbeat); a tenth
@@ -79,6 +84,7 @@ BATCH_SECONDS = 0.1
 class Stats:
     points: int = 0
     relearned: int = 0  # points read again after a restart to rebuild the alert state
+    runs_refused: int = 0  # runs found beyond MAX_RUNS, not followed
     skipped_records: int = 0
     files: int = 0
     cycles: int = 0
@@ -121,6 +127,9 @@ class Daemon:
         self._dirs_by_root: dict[Path, int] = {}
         self._tails: dict[str, FileTail] = {}
         self.access = AccessProblems()  # unreadable paths, said once each
+        self._refused: set[str] = set()  # files named like logs that are none, said once
+        self._files_of: dict[str, int] = {}  # run → files followed of it
+        self._runs_refused: set[str] = set()  # beyond MAX_RUNS
         self._checkpoints = state.load_offsets()
         self.restart = (
             None
@@ -308,19 +317,41 @@ class Daemon:
             if not top.exists():
                 continue
             errors: list[OSError] = []
-            found_files, dirs = root.walk(top, errors, self._tails)
+            refused: list[tuple[str, str]] = []
+            found_files, dirs = root.walk(top, errors, self._tails, refused)
             if self.access.walked(str(top), errors):
                 self._watcher.rewatch(root.top)
+            for path, why in refused:  # said once a path: sweeps come every 30 s
+                if path not in self._refused:
+                    self._refused.add(path)
+                    log.warning("%s: %s", safe_name(path), why)
             walked += dirs
             for found in found_files:
                 key = str(found.path)
                 if self._owns_run is not None and not self._owns_run(found.run):
                     continue
-                if key not in self._tails:
+                if key not in self._tails and self._room_for(found.run):
                     self._tails[key] = self._follow(found)
+                    self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
         return walked
+
+    def _room_for(self, run: str) -> bool:
+        """Whether a file of `run` may be followed: its run is, or there is room for it."""
+        if run in self._files_of or len(self._files_of) < MAX_RUNS:
+            return True
+        if run not in self._runs_refused:
+            self._runs_refused.add(run)
+            self.stats.runs_refused += 1
+            if len(self._runs_refused) == 1:
+                log.warning(
+                    "following %d runs already, the most one daemon follows: run %s and any "
+                    "further new run are not read (split the root with --shard I/N)",
+                    MAX_RUNS,
+                    safe_name(run),
+                )
+        return False
 
     def _follow(self, found: LogFile) -> FileTail:
         """A tail resuming where the last process stopped, relearning what the state lacks."""
@@ -436,6 +467,12 @@ class Daemon:
         """Forget deleted files; a run with no file left is released downstream."""
         runs = {self._tails[k].log.run for k in keys}
         for k in keys:
+            run = self._tails[k].log.run
+            left = self._files_of.get(run, 1) - 1
+            if left:
+                self._files_of[run] = left
+            else:
+                self._files_of.pop(run, None)
             self._tails.pop(k).close()
             self._unsaved.pop(k, None)
             self._relinked.discard(k)

@@ -57,6 +57,7 @@ from trainsentry.rules.model import RuleSet
 from trainsentry.runtime import heap
 from trainsentry.state.db import Checkpoint
 from trainsentry.store import Store
+from trainsentry.store.limits import SeriesLimit
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +334,7 @@ class Stages(Protocol):
     store: Store
     book: FiringBook
     ruleset: RuleSet
+    series_limit: SeriesLimit
 
     def deliver(self, transitions: list[Transition]) -> None: ...
 
@@ -365,6 +367,7 @@ class AlertMemory:
 
     def relearn(self, run: str, rows: list[Row]) -> None:
         s = self._stages
+        rows = s.series_limit.admit(run, rows)
         s.store.extend_rows(run, rows)
         s.relearned_transitions(s.engine.feed_rows(run, rows))
 

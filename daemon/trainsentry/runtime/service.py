@@ -31,9 +31,11 @@ from trainsentry.runtime.loop import Daemon
 from trainsentry.runtime.restart import AlertMemory
 from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
+from trainsentry.sources import names
 from trainsentry.state.disk_full import HeldState, WriteTrouble
 from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
+from trainsentry.store.limits import SeriesLimit
 from trainsentry.terminal.printer import AlertPrinter
 from trainsentry.terminal.progress import BackfillReporter
 
@@ -85,6 +87,7 @@ class Service:
         self.state_dir = state_dir
         self.store = Store(recent_size=config.retention, judged=lambda tag: self.engine.reads(tag))
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
+        self.series_limit = SeriesLimit()  # a run writing a new tag per line is bounded
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
         self.notifier = Notifier(
@@ -149,6 +152,7 @@ class Service:
         self.daemon.commit_soon()  # what was shown must not be shown again after a kill
 
     def _evaluate(self, run: str, rows: list[Row]) -> None:
+        rows = self.series_limit.admit(run, rows)
         self.store.extend_rows(run, rows)
         for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
             if step:
@@ -169,6 +173,7 @@ class Service:
         self.deliver(self.engine.finish(run, "run deleted"))
         self.store.release_run(run)
         self.silence.forget(run)
+        self.series_limit.forget(run)
 
     def _on_cycle(self) -> None:
         if self._reload_requested:
@@ -191,6 +196,9 @@ class Service:
                 runs=runs_of_store(self.store),
                 directories_seen=self.daemon.stats.directories,
                 saves=self.daemon.restart.stats if self.daemon.restart else None,
+                values_dropped=self.series_limit.dropped,
+                names_cut=names.cut_names,
+                runs_refused=self.daemon.stats.runs_refused,
             )
         )
 

@@ -11,19 +11,25 @@ is re-sent every resend interval (the route's repeat interval, a minute) with
 instead of paging forever. A resolve is the same label set with `endsAt` at
 the moment it resolved. Severity is a label, so an escalation is a new label
 set: the warning's set is ended in the same request.
+
+Alertmanager deduplicates by label set, so a send that timed out is simply
+sent again (never ambiguous). `http://user:pass@host:9093` sends the
+credentials as HTTP basic auth, as an Alertmanager behind a proxy wants.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from trainsentry.alert import Notice, Transition
-from trainsentry.sinks.base import Message, SendResult
+from trainsentry.sinks.base import Message, SendResult, timeout_for
 from trainsentry.sinks.masking import mask_url
 
 # Alertmanager forgets an alert at its endsAt; a firing one is re-sent this often
@@ -88,21 +94,29 @@ class AlertmanagerSink:
     def __init__(self, url: str, timeout: float, clock: Any = None) -> None:
         import time
 
-        self._endpoint = url.rstrip("/") + "/api/v2/alerts"
+        parts = urlsplit(url.rstrip("/"))
+        self._headers = {"Content-Type": "application/json"}
+        if parts.username is not None:  # basic auth, and a URL without it to send to
+            secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(secret.encode()).decode()
+            host = parts.hostname or ""
+            netloc = f"[{host}]" if ":" in host else host
+            netloc += f":{parts.port}" if parts.port else ""
+            parts = parts._replace(netloc=netloc)
+        self._endpoint = urlunsplit(parts) + "/api/v2/alerts"
         self._timeout = timeout
         self._clock = clock or time.time
         self.name = mask_url(url)
 
     def send(self, message: Message) -> SendResult:
         body = json.dumps(to_alertmanager(message.alerts, self._clock())).encode()
-        request = urllib.request.Request(
-            self._endpoint,
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
+        headers = dict(self._headers)
+        if message.key:
+            headers["Idempotency-Key"] = message.key
+        request = urllib.request.Request(self._endpoint, data=body, method="POST", headers=headers)
+        wait = timeout_for(self._timeout, message.attempt)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+            with urllib.request.urlopen(request, timeout=wait) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read(300).decode("utf-8", "replace").strip()

@@ -14,6 +14,11 @@ contract the outbox needs, so this wraps one URL in it:
   the route's timeout, and the call's own timeout is only a backstop above it.
 - *no secrets in logs.* The sink's name is apprise's privacy form of the URL,
   and apprise's own log lines are captured per call, not printed.
+- *which failures may have arrived.* apprise says "a connection error" alike
+  for a refused connection and a read timeout; its debug lines (captured,
+  never shown: they quote the payload) tell them apart, and only a read
+  timeout is ambiguous (base.py). Each retry waits longer for the answer; the
+  connect timeout stays (no connection, nothing delivered).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from trainsentry.sinks.base import Message, SendResult
+from trainsentry.sinks.base import Message, SendResult, timeout_for
 from trainsentry.sinks.masking import mask_url, scheme_only
 
 log = logging.getLogger(__name__)
@@ -32,8 +37,11 @@ _STATUS = re.compile(r"\berror=(\d{3})\b")
 _NOT_RETRYABLE_KEEP = frozenset({408, 425, 429})
 
 # apprise logs through the "apprise" logger and can quote endpoints: its lines are
-# captured per call (notify(log_level=)) and reported through SendResult, not printed
+# captured per call (notify(log_level=)) and reported through SendResult, not printed;
+# its debug lines are made at all (DEBUG) because they tell a read timeout apart
 logging.getLogger("apprise").propagate = False
+logging.getLogger("apprise").setLevel(logging.DEBUG)
+_READ_TIMEOUT = re.compile(r"Read timed out|ReadTimeout")
 
 
 def _notify_type(severity: str) -> Any:
@@ -47,10 +55,11 @@ def _notify_type(severity: str) -> Any:
 
 
 def classify_failure(lines: Iterable[str], timed_out: bool) -> SendResult:
-    """Retryable unless the service answered with a client error that will not change."""
+    """Retryable unless the service answered with a client error that will not change;
+    `timed_out`: no answer came in time (it may have arrived)."""
     text = " | ".join(line for line in lines if line)[:500]
     if timed_out:
-        return SendResult.retry(f"timed out {text}".strip())
+        return SendResult.unanswered(f"timed out {text}".strip())
     codes = [int(c) for c in _STATUS.findall(text)]
     if codes and all(400 <= c < 500 and c not in _NOT_RETRYABLE_KEEP for c in codes):
         return SendResult.fatal(text or f"HTTP {codes[0]}")
@@ -91,15 +100,22 @@ class AppriseSink:
             current = getattr(service, attr, None)
             if isinstance(current, (int, float)) and current > timeout:
                 setattr(service, attr, float(timeout))
+        self._service = service
+        self._timeout = timeout
         self._apprise.add(service)
         self.name = mask_url(service.url(privacy=True))
         self.takes_attachments = bool(getattr(service, "attachment_support", False))
-        # beyond the service's own connect + read timeouts: only a stuck service hits it
-        self._deadline = 2 * timeout + 5.0
 
     def send(self, message: Message) -> SendResult:
         if not self.valid:
             return SendResult.fatal(UNKNOWN)
+        service = self._service
+        wait = timeout_for(self._timeout, message.attempt)
+        if isinstance(getattr(service, "socket_read_timeout", None), (int, float)):
+            service.socket_read_timeout = wait
+        headers = getattr(service, "headers", None)
+        if isinstance(headers, dict) and message.key:  # json://, form://, xml:// webhooks
+            headers["Idempotency-Key"] = message.key
         from apprise import AppriseAttachment
         from apprise.result import AppriseResultStatus
 
@@ -115,12 +131,17 @@ class AppriseSink:
                 notify_type=_notify_type(message.severity),
                 body_format="markdown",
                 attach=attach,
-                timeout=self._deadline,
-                log_level=logging.INFO,
+                # beyond the service's own connect + read timeouts: only a stuck one hits it
+                timeout=self._timeout + wait + 5.0,
+                log_level=logging.DEBUG,
             )
         except Exception as exc:  # a plugin bug must not kill the delivery worker
             return SendResult.retry(f"{type(exc).__name__}: {exc}")
         if result:
             return SendResult.success()
-        lines = [entry.message for entry in result.logs() if entry.level != "INFO"]
-        return classify_failure(lines, result.status == AppriseResultStatus.TIMEOUT)
+        logs = list(result.logs())
+        lines = [e.message for e in logs if e.level not in ("DEBUG", "TRACE", "INFO")]
+        unanswered = result.status == AppriseResultStatus.TIMEOUT or any(
+            _READ_TIMEOUT.search(e.message) for e in logs if e.level == "DEBUG"
+        )
+        return classify_failure(lines, unanswered)

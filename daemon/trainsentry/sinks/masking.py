@@ -18,12 +18,18 @@ def scheme_only(url: str, rest: str = "…") -> str:
     return f"{scheme}://{rest}" if sep else "<url>"
 
 
+# Generic webhooks, and Alertmanager behind a proxy: anything in their path may be the
+# secret (`/hook/hooksecretpath`), and nothing in it tells which part
+_PATH_IS_SECRET = frozenset({"json", "jsons", "xml", "xmls", "form", "forms", "http", "https"})
+
+
 def mask_url(url: str) -> str:
-    """A URL fit for logs: password, token-like path segments and the query hidden.
+    """A URL fit for logs: password, path and query hidden where they may hold secrets.
 
     Applied on top of apprise's own privacy form (`url(privacy=True)`), which
     masks each service's known secrets but shows a generic webhook's path, and
-    a path is where many webhooks keep their token.
+    a path is where many webhooks keep their token: so a generic webhook's
+    every path segment is hidden, and elsewhere every token-like one.
     """
     try:
         parts = urlsplit(url)
@@ -33,8 +39,11 @@ def mask_url(url: str) -> str:
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
         netloc = f"{user.split(':', 1)[0]}:****@{host}" if ":" in user else f"****@{host}"
+    generic = parts.scheme.lower() in _PATH_IS_SECRET
     path = "/".join(
-        "****" if len(seg) >= 12 and re.search(r"\d", seg) and "*" not in seg else seg
+        "****"
+        if seg and "*" not in seg and (generic or (len(seg) >= 12 and re.search(r"\d", seg)))
+        else seg
         for seg in parts.path.split("/")
     )
     return urlunsplit((parts.scheme, netloc, path, "…" if parts.query else "", ""))

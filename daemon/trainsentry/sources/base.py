@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainsentry.point import Row, Sample, samples_of
+from trainsentry.sources.names import safe_name
 
 
 @dataclass(slots=True)
@@ -40,7 +41,8 @@ class Decoded:
 class Shapes:
     """One tags tuple per distinct shape of a decoder's records, so that rows of the
     same shape share it and consumers' caches keyed on it hit by identity. Bounded:
-    a log whose every line has new keys must not grow it without end."""
+    a log whose every line has new keys must not grow it without end. Every decoder's
+    tags pass here when first seen, so this is where they are made safe (names.py)."""
 
     __slots__ = ("_seen",)
     LIMIT = 4096
@@ -53,7 +55,8 @@ class Shapes:
         if seen is None:
             if len(self._seen) >= self.LIMIT:
                 self._seen.clear()
-            seen = self._seen[tags] = tags
+            safe = tuple(map(safe_name, tags))
+            seen = self._seen[tags] = tags if safe == tags else safe
         return seen
 
 
@@ -85,16 +88,45 @@ class Decoder(Protocol):
         ...
 
 
-def complete_lines(data: bytes | memoryview) -> tuple[int, list[bytes]]:
-    """The newline-terminated lines at the start of `data`, and how many bytes they span.
+# The largest record any format may have (a line, an event): a larger one is skipped
+# and counted, and reading goes on after it. Training logs' records are bytes to
+# kilobytes; an image summary may be megabytes. The tailer reads up to twice this
+# at once to find a record's end, so the bound is also the daemon's largest read.
+MAX_RECORD_BYTES = 16 << 20
 
-    For line formats (JSONL, CSV): the bytes after the last newline are a line
-    still being written, left for the next read even at end of file.
+
+class Lines:
+    """The newline-terminated lines at the start of the bytes fed, for line formats.
+
+    The bytes after the last newline are a line still being written, left for
+    the next read even at end of file. A line that has grown past
+    MAX_RECORD_BYTES with no end in sight is no record of any writer's: it is
+    skipped, with one error, up to its newline whenever that comes (`skipping`
+    is part of the decoder's snapshot), so a runaway line or a log written
+    without newlines cannot stop the file.
     """
-    raw = data if isinstance(data, bytes) else bytes(data)
-    end = raw.rfind(b"\n") + 1
-    if end == 0:
-        return 0, []
-    lines = raw.split(b"\n")
-    lines.pop()
-    return end, lines
+
+    __slots__ = ("skipping",)
+
+    def __init__(self) -> None:
+        self.skipping = False
+
+    def split(self, data: bytes | memoryview) -> tuple[int, int, list[bytes], DecodeError | None]:
+        """(bytes consumed, offset of the first line, the lines, the error of a cut line)."""
+        raw = data if isinstance(data, bytes) else bytes(data)
+        start = 0
+        if self.skipping:
+            newline = raw.find(b"\n")
+            if newline < 0:
+                return len(raw), len(raw), [], None
+            self.skipping, start = False, newline + 1
+        end = raw.rfind(b"\n") + 1
+        if end <= start:
+            if len(raw) - start < MAX_RECORD_BYTES:
+                return start, start, [], None
+            self.skipping = True
+            why = f"a line longer than {MAX_RECORD_BYTES >> 20} MB, the record limit: skipped"
+            return len(raw), len(raw), [], DecodeError(start, why)
+        lines = raw[start:end].split(b"\n")
+        lines.pop()
+        return end, start, lines, None

@@ -33,8 +33,9 @@ import csv
 from typing import Any
 
 from trainsentry.point import Row
-from trainsentry.sources.base import Decoded, DecodeError, Shapes, complete_lines
+from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
 from trainsentry.sources.jsonl import STEP_KEYS, TIME_KEYS, as_step, as_wall_time
+from trainsentry.sources.names import excerpt
 
 _MISSING = frozenset({"", "NA", "N/A", "n/a", "None", "null"})
 _RESERVED = frozenset(STEP_KEYS + TIME_KEYS)
@@ -57,6 +58,7 @@ class CsvDecoder:
         self._reset()
 
     def _reset(self) -> None:
+        self._lines = Lines()
         self._header: list[str] | None = None
         self._delimiter = ","
         self._rows = 0  # data rows consumed from this file
@@ -85,11 +87,10 @@ class CsvDecoder:
         ]
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
-        end, lines = complete_lines(data)
+        end, offset, lines, cut = self._lines.split(data)
         result = Decoded(consumed=end)
-        if end == 0:
-            return result
-        offset = 0
+        if cut is not None:
+            result.errors.append(cut)
         for raw in lines:
             start = offset
             offset += len(raw) + 1
@@ -142,7 +143,11 @@ class CsvDecoder:
         if self._step_index is None:
             step = self._rows - 1
         else:
-            parsed = as_step(cells[self._step_index])
+            try:
+                parsed = as_step(cells[self._step_index])
+            except OverflowError as exc:  # a step no later stage could hold
+                result.errors.append(DecodeError(start, f"row {self._rows}: {exc}"))
+                return
             if parsed is None:
                 self._report(header[self._step_index], cells[self._step_index], start, result)
                 return
@@ -203,8 +208,9 @@ class CsvDecoder:
         """One error per column: a column of strings must not flood the error count."""
         if column not in self._reported:
             self._reported.add(column)
-            shown = cell if len(cell) <= 40 else cell[:40] + "..."
-            message = f"column {column!r}: not a number: {shown!r} (later ones not reported)"
+            message = (
+                f"column {excerpt(column)}: not a number: {excerpt(cell)} (later ones not reported)"
+            )
             result.errors.append(DecodeError(start, message))
 
     def _match_rewrite(self) -> None:
@@ -243,6 +249,7 @@ class CsvDecoder:
             "last": last,
             "reported": sorted(self._reported),
             "pending": self._pending,
+            "skipping": self._lines.skipping,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -264,6 +271,7 @@ class CsvDecoder:
                 self._expect_last = self._restored_last
             self._reported = {str(c) for c in state.get("reported", ())}
             self._pending = _as_pending(state.get("pending"))
+            self._lines.skipping = state.get("skipping") is True
         except (TypeError, ValueError, AttributeError):
             self._reset()
             return

@@ -5,17 +5,36 @@ its id is its path relative to the root being read. Keras writes a run as
 `train/` and `validation/` sub-directories; they are folded into the parent run
 with their name as a tag prefix, so `validation/epoch_loss` sits beside
 `train/epoch_loss` in one run, as TensorBoard users read it.
+
+Only regular files are logs. A FIFO named `metrics.jsonl` would block the
+open that reads it (and with it the daemon's one loop), a device or socket is
+no log either, and a symlink to a file outside the watched roots (`ln -s
+/etc/shadow run/metrics.csv`) would have the daemon read, and quote in its
+warnings, what its user may read but the job's owner may not. So the walk
+takes regular files and symlinks to regular files inside the roots, and says
+why it leaves any other file named like a log (`refused`).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Keras' TensorBoard callback writes one writer per split; these are splits, not runs.
-SPLIT_DIRS = frozenset({"train", "validation", "eval", "test"})
+from trainsentry.sources.names import safe_name
+
+# Keras' TensorBoard callback writes one event writer per split, in these directories
+# of its log_dir: such a directory is a split of the run above it, not a run (see
+# run_of for when it is one all the same). eval/ and test/ are runs: no Keras writer
+# makes them.
+SPLIT_DIRS = frozenset({"train", "validation"})
+
+_NOT_EVENTS = (
+    ".profile-empty", ".pb", ".tmp", ".py", ".md", ".txt", ".json", ".jsonl", ".yaml", ".yml",
+    ".csv", ".log", ".sh", ".ipynb", ".html",
+)  # fmt: skip
 
 # Our own control files live here; never read as logs.
 CONTROL_DIR = ".trainsentry"
@@ -27,6 +46,27 @@ class LogFile:
     kind: str  # "tfevents" | "jsonl" | "csv"
     run: str
     tag_prefix: str
+    inside: str = ""  # the resolved root it must stay in when opened; "" for any
+
+
+def refusal(path: str, inside: str) -> str | None:
+    """Why the file at `path` is not read as a log (None: it is a regular file, or a
+    symlink to one under the resolved directory `inside`)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # gone or unreadable: the tail says so itself
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if not stat.S_ISLNK(st.st_mode):
+        return "not a regular file (a FIFO, socket or device is never read as a log)"
+    target = os.path.realpath(path)
+    if inside and not target.startswith(inside + os.sep):
+        return f"a symlink to {safe_name(target)}, outside the watched roots: not read"
+    try:
+        return None if stat.S_ISREG(os.stat(target).st_mode) else "a symlink to no regular file"
+    except OSError:
+        return None
 
 
 def classify(name: str) -> str | None:
@@ -34,10 +74,12 @@ def classify(name: str) -> str | None:
 
     TensorBoard event files are named `events.out.tfevents.<time>.<host>...`
     by every writer; TensorBoard itself matches "tfevents" anywhere in the
-    name, and so do we. Profiler traces and plugin data are not metrics.
+    name, and so do we, but for files whose suffix says they are something
+    else: profiler traces and plugin data, and sources and notes about event
+    files (`test_tfevents.py`, `tfevents.md`).
     """
     if "tfevents" in name:
-        if name.endswith((".profile-empty", ".pb", ".tmp")):
+        if name.endswith(_NOT_EVENTS):
             return None
         return "tfevents"
     if name.endswith(".jsonl") or name.endswith(".ndjson"):
@@ -51,15 +93,19 @@ def run_of(directory: Path, root: Path, root_name: str) -> tuple[str, str]:
     """(run id, tag prefix) for a log file's directory under `root`.
 
     `root_name` names files that sit directly in the root: `run ./logs` on a
-    single run directory should call it "logs", not ".".
+    single run directory should call it "logs", not ".". A `train/` or
+    `validation/` directory is Keras' split of the run above it when that run
+    is inside the root (`root/exp/train`) or the root is Keras' log_dir (its
+    `train/` has a `validation/` beside it); a lone `train/` directly under the
+    root is a run of that name, whose job finds its stop file in it.
     """
     rel = os.path.relpath(directory, root)
-    parts = [] if rel == "." else rel.split(os.sep)
+    parts = [] if rel == "." else [safe_name(p) for p in rel.split(os.sep)]
     prefix = ""
-    if parts and parts[-1] in SPLIT_DIRS:
+    if parts and parts[-1] in SPLIT_DIRS and (len(parts) > 1 or _beside_a_split(directory)):
         prefix = parts.pop() + "/"
     if not parts:
-        return root_name, prefix
+        return safe_name(root_name), prefix
     return "/".join(parts), prefix
 
 
@@ -87,12 +133,17 @@ class Root:
     def under(cls, path: Path, base: Path) -> Root:
         return cls(top=path, rel_root=base, name=base.name or "root")
 
+    @property
+    def inside(self) -> str:
+        """The root, resolved: where a followed symlink may lead."""
+        return os.path.realpath(self.top if self.top.is_dir() else self.top.parent)
+
     def describe(self, path: Path) -> LogFile | None:
         kind = classify(path.name)
         if kind is None or CONTROL_DIR in path.parts:
             return None
         run, prefix = run_of(path.parent, self.rel_root, self.name)
-        return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix)
+        return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:
         """Every log file under `top` (default: the whole root), in sorted order."""
@@ -103,6 +154,7 @@ class Root:
         top: Path | None = None,
         errors: list[OSError] | None = None,
         known: Container[str] = (),
+        refused: list[tuple[str, str]] | None = None,
     ) -> tuple[list[LogFile], int]:
         """The log files under `top` in sorted order, and how many directories were walked.
 
@@ -114,11 +166,18 @@ class Root:
         A directory that cannot be listed is skipped and, given `errors`, its
         error appended there. Files whose path is in `known` (followed already)
         are left out unnamed: a sweep re-walks every run every 30 s, and naming a
-        file (its run, its prefix) was half the walk.
+        file (its run, its prefix) was half the walk. A file named like a log that
+        is not one (see the module's docstring) goes to `refused` with the reason.
         """
         top = top or self.top
-        if top.is_file():
+        inside = self.inside
+        if top.is_file() or os.path.islink(top):
             found = self.describe(top)
+            why = refusal(str(top), inside) if found and top != self.top else None
+            if why is not None:
+                if refused is not None:
+                    refused.append((str(top), why))
+                return [], 0
             return ([found] if found else []), 0
         out: list[LogFile] = []
         walked = 0
@@ -129,12 +188,22 @@ class Root:
             dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
             base = Path(dirpath)
             for name in sorted(filenames):
-                if known and os.path.join(dirpath, name) in known:
+                path = os.path.join(dirpath, name)
+                if known and path in known:
                     continue
                 found = self.describe(base / name)
-                if found is not None:
+                if found is None:
+                    continue
+                why = refusal(path, inside)
+                if why is None:
                     out.append(found)
+                elif refused is not None:
+                    refused.append((path, why))
         return out, walked
+
+
+def _beside_a_split(directory: Path) -> bool:
+    return any((directory.parent / other).is_dir() for other in SPLIT_DIRS - {directory.name})
 
 
 def _home(path: Path) -> Path:

@@ -44,7 +44,7 @@ from orjson import JSONDecodeError as _OrjsonError
 from orjson import loads as _orjson_loads
 
 from trainsentry.point import Row
-from trainsentry.sources.base import Decoded, DecodeError, Shapes, complete_lines
+from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 TIME_KEYS = ("time", "timestamp", "wall_time", "_timestamp")
@@ -56,23 +56,40 @@ _EARLIEST_EPOCH = 1e8
 _LATEST_EPOCH = 1e11
 
 
+STEP_MIN, STEP_MAX = -(1 << 63), (1 << 63) - 1  # TensorBoard's int64, and the store's
+
+
 def as_step(value: Any) -> int | None:
-    """A step from a JSON value or CSV cell text; None when it is not a finite number."""
+    """A step from a JSON value or CSV cell text; None when it is not a finite number.
+
+    Raises OverflowError for a number outside STEP_MIN..STEP_MAX (a 400-digit
+    step): such a record is bad, not a record without a step, and a step every
+    later stage can hold as a 64-bit integer or a double is what they assume.
+    """
     kind = type(value)
+    step: int
     if kind is int:
-        return int(value)
-    if kind is str:
+        step = value
+    elif kind is str:
         try:
-            return int(value)
+            step = int(value)
         except ValueError:
             try:
-                value = float(value)
+                number = float(value)
             except ValueError:
                 return None
-            kind = float
-    if kind is float and value == value and value not in (float("inf"), float("-inf")):
-        return int(value)
-    return None
+            if number != number or number in (float("inf"), float("-inf")):
+                return None
+            step = int(number)
+    elif kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        step = int(value)
+    else:
+        return None
+    if not STEP_MIN <= step <= STEP_MAX:
+        raise OverflowError("step outside the 64-bit range")
+    return step
 
 
 def as_wall_time(value: Any) -> float | None:
@@ -171,18 +188,20 @@ class JsonlDecoder:
 
     def __init__(self) -> None:
         self._counter = 0
+        self._lines = Lines()
         # shared by every JSONL file: a fleet's logs have the same keys, so one plan
         # and one tags tuple serve them all (and stay in the CPU's caches)
         self._plans = _PLANS
         self._shapes = _SHAPES
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
-        end, lines = complete_lines(data)
+        end, offset, lines, cut = self._lines.split(data)
         result = Decoded(consumed=end)
-        if end == 0:
+        if cut is not None:
+            result.errors.append(cut)
+        if not lines:
             return result
         rows, errors = result.rows, result.errors
-        offset = 0
         for line in lines:
             start = offset
             offset += len(line) + 1
@@ -316,11 +335,14 @@ class JsonlDecoder:
         out.append(_new_row(Row, (at, when, self._shapes(tuple(tags)), tuple(values))))
 
     def snapshot(self) -> dict[str, Any]:
+        if self._lines.skipping:
+            return {"counter": self._counter, "skipping": True}
         return {"counter": self._counter}
 
     def restore(self, state: dict[str, Any]) -> None:
         counter = state.get("counter", 0)
         self._counter = counter if type(counter) is int and counter >= 0 else 0
+        self._lines.skipping = state.get("skipping") is True
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A JSONL file rewritten in place is read as new: no writer we know rewrites

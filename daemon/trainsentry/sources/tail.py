@@ -22,19 +22,19 @@ windows, and nobody is told twice.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 
 from trainsentry.point import Point, Row, points_of
-from trainsentry.sources.base import Decoded, Decoder
-from trainsentry.sources.discover import LogFile
+from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
+from trainsentry.sources.discover import LogFile, refusal
 from trainsentry.sources.formats import new_decoder
 from trainsentry.state.db import Checkpoint
 
 _new = tuple.__new__
 FINGERPRINT_BYTES = 64
 READ_CHUNK = 4 << 20
-MAX_RECORD = 256 << 20
 # What one read of a live append asks for: far more than a second of a job's log,
 # and under the allocator's mmap threshold (pread allocates what it asks for).
 APPEND_CHUNK = 64 << 10
@@ -134,7 +134,7 @@ class FileTail:
         """The general read: the path's stat first, for a file renamed, replaced or gone."""
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a run directory made a file: gone
             st = None
         except OSError as exc:
             out.unreadable = f"cannot stat: {exc.strerror or exc}"
@@ -186,15 +186,29 @@ class FileTail:
     # -- internals ----------------------------------------------------------
 
     def _open(self, out: TailRead) -> bool:
+        """Open the path, which must be a regular file inside the roots (discover.py).
+
+        O_NONBLOCK: an open of a FIFO put where a log was would otherwise wait
+        for a writer, and the daemon's one loop with it; on a regular file the
+        flag changes nothing.
+        """
+        why = refusal(self.path, self.log.inside)
+        if why is not None:
+            out.unreadable = why
+            return False
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
             out.gone = True
             return False
         except OSError as exc:
             out.unreadable = f"cannot open: {exc.strerror or exc}"
             return False
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO between the check and the open
+            os.close(fd)
+            out.unreadable = "not a regular file (a FIFO, socket or device is never read as a log)"
+            return False
         self._fd, self._dev, self._ino = fd, st.st_dev, st.st_ino
         if self._committed is not None and not _matches(fd, self._committed):
             # Rewritten or replaced since the last process committed: resume as it would.
@@ -296,17 +310,26 @@ class FileTail:
                 return  # shrank under us; the next read notices the truncation
             at_eof = self._offset + len(data) >= size
             decoded = self._decode(out, data, at_eof, mtime)
-            spent += len(data)
             if decoded.consumed == 0:
                 if self._replay_until is not None and self._offset + len(data) >= end:
                     # the committed offset is no record boundary (cannot happen for a
                     # valid checkpoint): deliver from here on rather than stall
                     self._committed = self._replay_until = None
                     continue
-                if at_eof or chunk >= MAX_RECORD:
+                if at_eof:
                     return  # an incomplete record: wait for the writer
-                chunk *= 2  # one record longer than a chunk: read more at once
+                if chunk > MAX_RECORD_BYTES:
+                    # twice the record limit without a record's end: decoders skip what
+                    # is longer (Lines, the framer's resync), so this is a decoder's
+                    # fault; the bytes are skipped, said, and reading goes on
+                    self._skip(out, data)
+                    continue
+                # one record longer than a chunk: read more at once. Not counted against
+                # the budget, which bounds records read: a record at the limit must fit
+                # in one read however little of the budget is left
+                chunk *= 2
                 continue
+            spent += decoded.consumed
             chunk = READ_CHUNK
             if self._replay_until is not None and self._offset >= self._replay_until:
                 # Relearned: new points come in the next read, so the daemon can let
@@ -314,6 +337,13 @@ class FileTail:
                 self._committed = self._replay_until = None
                 out.more = self._offset < size
                 return
+
+    def _skip(self, out: TailRead, data: bytes) -> None:
+        """Move past bytes no record could be found in, with one error."""
+        self.skipped_records += 1
+        out.errors.append(f"{self.path}:{self._offset}: no record in {len(data)} bytes: skipped")
+        self._offset += len(data)
+        self._behind = (self._behind + data[-FINGERPRINT_BYTES:])[-FINGERPRINT_BYTES:]
 
     def _decode(self, out: TailRead, data: bytes, at_eof: bool, file_time: float) -> Decoded:
         """Decode bytes read at the offset into `out`; move past the records they held."""

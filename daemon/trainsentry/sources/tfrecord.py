@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from trainsentry.sources.base import DecodeError
+from trainsentry.sources.base import MAX_RECORD_BYTES, DecodeError
 
 HEADER_BYTES = 12
 FOOTER_BYTES = 4
-# Nothing a training job logs comes near this; a "verified" length beyond it is
-# a 1-in-2^32 coincidence in garbage and would make the reader wait forever.
-MAX_RECORD_BYTES = 256 << 20
+# A "verified" length beyond the record limit is a 1-in-2^32 coincidence in
+# garbage, or a record too large to be one a job logs: either way it is skipped
+# by resyncing on the next verified header, never waited for.
 
 _MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
@@ -61,6 +61,14 @@ class Framed:
     consumed: int
     records: list[tuple[int, bytes]] = field(default_factory=list)
     errors: list[DecodeError] = field(default_factory=list)
+
+
+def _refused_header(buf: bytes, pos: int) -> str:
+    length, stored = _HEADER.unpack_from(buf, pos)
+    if masked_crc32c(buf[pos : pos + 8]) == stored:  # a true header, of too large a record
+        limit = MAX_RECORD_BYTES >> 20
+        return f"a record of {length} bytes, over the {limit} MB record limit: skipped"
+    return "record header fails its CRC"
 
 
 class Framer:
@@ -111,9 +119,7 @@ class Framer:
                 # put the next one somewhere other than where this length says.
                 self._corrupt(pos, "record data fails its CRC", errors)
             else:
-                self._corrupt(
-                    pos, "record header fails its CRC or announces an absurd length", errors
-                )
+                self._corrupt(pos, _refused_header(buf, pos), errors)
             pos = self._scan(buf, pos + 1)
             if pos < 0:
                 # Nothing verifies; the last bytes may still begin a header.

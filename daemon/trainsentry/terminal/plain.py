@@ -58,11 +58,29 @@ def loaded(
     return runs, items(api_alerts_json, "alerts")
 
 
-def summary_line(runs: Sequence[dict[str, Any]], alerts: Sequence[dict[str, Any]]) -> str:
+def given_up(api_alerts_json: Any) -> int:
+    """Notifications the daemon gave up (kept a week in its outbox), from /api/alerts."""
+    doc = (
+        json.loads(api_alerts_json)
+        if isinstance(api_alerts_json, (str, bytes))
+        else api_alerts_json
+    )
+    counts = doc.get("notifications") if isinstance(doc, dict) else None
+    failed = counts.get("failed", 0) if isinstance(counts, dict) else 0
+    return failed if isinstance(failed, int) else 0
+
+
+def summary_line(
+    runs: Sequence[dict[str, Any]], alerts: Sequence[dict[str, Any]], dropped: int = 0
+) -> str:
     critical = sum(1 for a in alerts if a.get("severity") == "critical")
     summary = f"{len(runs)} run{'s' * (len(runs) != 1)}, {len(alerts)} firing"
     if alerts:
         summary += f" ({critical} critical, {len(alerts) - critical} warning)"
+    if dropped:  # a receiver refused them for good: someone was not told
+        summary += (
+            f"; {dropped} notification(s) given up in the last week (the daemon's log says why)"
+        )
     return summary
 
 
@@ -92,7 +110,7 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
     for run, step, age, severity, what in rows:
         rest = f"{severity} {what}" if severity else what
         lines.append(f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  {rest}")
-    lines.append(summary_line(runs, alerts))
+    lines.append(summary_line(runs, alerts, given_up(api_alerts_json)))
     if alerts:
         lines.append("")
         for a in alerts:

@@ -205,7 +205,10 @@ def print_replay(console: Console, transitions: Sequence[Transition]) -> None:
 
 
 def print_status(
-    console: Console, runs: Sequence[dict[str, Any]], alerts: Sequence[dict[str, Any]]
+    console: Console,
+    runs: Sequence[dict[str, Any]],
+    alerts: Sequence[dict[str, Any]],
+    dropped: int = 0,
 ) -> None:
     """`status`: a table of runs (last step, age of the last point, firing), then the alerts."""
     from rich.table import Table
@@ -228,7 +231,7 @@ def print_status(
         step = "-" if r.get("last_step") is None else str(r["last_step"])
         table.add_row(str(r.get("run")), step, format_age(r.get("age_seconds")), firing or "-")
     console.print(table)
-    console.print(Text(summary_line(runs, alerts), style="dim"))
+    console.print(Text(summary_line(runs, alerts, dropped), style="yellow" if dropped else "dim"))
     if not alerts:
         return
     console.print()
