@@ -1,0 +1,29 @@
+"""Makes `support` importable from every test folder, whatever pytest's import mode.
+
+The tests live in unit/<package>/ and e2e/, the helpers they share in
+support/. In pytest's default "prepend" mode only each test file's own folder
+goes on sys.path, in "importlib" mode none does; so this file puts tests/ there
+itself, and `from support.daemon_process import DaemonProcess` works from any
+folder. `support` is a package rather than a folder on sys.path so that every
+import names where its helper lives, and a helper's name cannot clash with an
+installed module.
+
+The test folders have no __init__.py (a test is collected by its file name
+alone), which is why test file names must be unique across all of them.
+
+The support modules' asserts are rewritten as the tests' are, so a helper's
+failed check shows its values too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = str(Path(__file__).resolve().parent)
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+pytest.register_assert_rewrite("support")

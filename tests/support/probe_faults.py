@@ -1,0 +1,49 @@
+"""One fault per probe rule of the default pack, applied to a probe run's series from ONSET on.
+
+Shared by the probe rules' tests, which check each fault fires its rule, and
+the default pack's, which check every rule of the pack is either a probe rule
+with a fault here or has a fault of its own there: a new rule without a test
+fails one of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+ONSET = 20_000
+Series = dict[str, list[list[float]]]  # tag -> [[step, wall, value], ...]
+PROBE_RULES = (
+    "layer_grad_norm_non_finite",
+    "layer_grad_norm_far_above_baseline",
+    "grad_concentration_high",
+    "dead_units",
+    "update_ratio_exploding",
+    "gpu_underutilised",
+    "gpu_memory_leak",
+)
+
+
+def after(rows: list[list[float]], fn: Callable[[float, float], float]) -> None:
+    for row in rows:
+        if row[0] >= ONSET:
+            row[2] = fn(row[0] - ONSET, row[2])
+
+
+FAULTS: dict[str, Callable[[Series], None]] = {
+    "layer_grad_norm_non_finite": lambda run: after(
+        run["probe/grad_norm/blocks.0.attn"], lambda d, v: math.nan
+    ),
+    "layer_grad_norm_far_above_baseline": lambda run: after(
+        run["probe/grad_norm/blocks.0.attn"], lambda d, v: v * 1.5 ** (d / 100)
+    ),
+    "grad_concentration_high": lambda run: after(
+        run["probe/grad_concentration"], lambda d, v: 300.0
+    ),
+    "dead_units": lambda run: after(run["probe/dead_fraction/blocks.0.mlp.act"], lambda d, v: 0.7),
+    "update_ratio_exploding": lambda run: after(
+        run["probe/update_ratio/blocks.0.mlp"], lambda d, v: 0.3
+    ),
+    "gpu_underutilised": lambda run: after(run["probe/gpu_util"], lambda d, v: 40.0),
+    "gpu_memory_leak": lambda run: after(run["probe/gpu_mem"], lambda d, v: v * 1.01 ** (d / 100)),
+}

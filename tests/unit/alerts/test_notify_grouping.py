@@ -1,0 +1,175 @@
+"""Grouping, repeats, resolves and rate limits, on a fake clock: nothing here sleeps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from support.notify_harness import T0, Harness, transition
+
+from trainsentry.alerts.grouping import backoff, rate_allowed_at
+from trainsentry.alerts.route import Route
+from trainsentry.point import Point
+from trainsentry.store import Store
+
+
+def test_warnings_wait_for_the_group_and_leave_as_one_message(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(rule="loss_spike")])
+    h.deliver()
+    assert h.sink().messages == []
+    h.advance(10)
+    h.notifier.submit([transition(rule="loss_plateau", step=110)])
+    h.advance(19)
+    assert h.sink().messages == []
+    h.advance(1)
+    [message] = h.sink().messages
+    assert len(message.alerts) == 2
+    assert message.title.startswith("[WARNING] exp1/seed0: 2 alerts (2 firing)")
+    assert "loss_spike" in message.body and "loss_plateau" in message.body
+
+
+def test_a_critical_goes_at_once_and_takes_the_waiting_warnings_of_its_run(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(rule="loss_spike")])
+    h.notifier.submit([transition(rule="loss_nan", severity="critical", step=101)])
+    h.deliver()
+    [message] = h.sink().messages
+    assert message.severity == "critical"
+    assert [a.alert.rule for a in message.alerts] == ["loss_spike", "loss_nan"]
+
+
+def test_other_runs_are_not_batched_together(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit(
+        [transition(run="a", severity="critical"), transition(run="b", severity="critical")]
+    )
+    h.deliver()
+    assert sorted(m.alerts[0].alert.run for m in h.sink().messages) == ["a", "b"]
+
+
+def test_still_firing_is_repeated_after_the_repeat_interval(tmp_path: Path) -> None:
+    route = Route("apprise", "json://127.0.0.1:1/a", repeat_interval=3600.0)
+    h = Harness(tmp_path, route)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.advance(3599)
+    assert len(h.sink().messages) == 1
+    h.advance(1)
+    assert len(h.sink().messages) == 2
+    repeat = h.sink().messages[1]
+    assert "still firing" in repeat.title
+    assert "firing for 1h" in repeat.body
+    h.advance(3600)
+    assert len(h.sink().messages) == 3
+
+
+def test_a_resolve_says_how_long_it_fired_its_peak_and_why(tmp_path: Path) -> None:
+    store = Store()
+    for step, value in [(100, 9.5), (101, 40.0), (102, 12.0), (103, 1.0)]:
+        store.add(Point("exp1/seed0", "train/loss", step, T0 + (step - 100) * 60.0, value))
+    h = Harness(tmp_path, store=store)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.clock.now += 180
+    h.notifier.submit(
+        [
+            transition(
+                "resolved", "critical", step=103, wall_time=T0 + 180, value=1.0, reason="recovered"
+            )
+        ]
+    )
+    h.deliver()
+    resolved = h.sink().messages[-1]
+    assert resolved.severity == "resolved"
+    assert resolved.title == "[RESOLVED] exp1/seed0: loss_spike resolved (recovered)"
+    assert "was firing for 3m" in resolved.body
+    assert "peak 40 at step 101" in resolved.body
+
+
+def test_a_resolve_states_no_peak_when_the_store_misses_the_start_of_the_firing(
+    tmp_path: Path,
+) -> None:
+    """After a restart the store holds only the points since the snapshot."""
+    store = Store()
+    for step, value in [(102, 12.0), (103, 1.0)]:  # the peak at 101 was before the restart
+        store.add(Point("exp1/seed0", "train/loss", step, T0 + (step - 100) * 60.0, value))
+    h = Harness(tmp_path, store=store)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.notifier.submit(
+        [transition("resolved", "critical", step=103, wall_time=T0 + 180, reason="recovered")]
+    )
+    h.deliver()
+    resolved = h.sink().messages[-1]
+    assert resolved.severity == "resolved" and "peak" not in resolved.body
+
+
+def test_a_flapping_run_is_held_back_by_the_rate_limit_and_then_sent_as_one(tmp_path: Path) -> None:
+    route = Route("apprise", "json://127.0.0.1:1/a", rate_limit=(2, 600.0))
+    h = Harness(tmp_path, route)
+    for i in range(6):
+        h.notifier.submit([transition(severity="critical", step=100 + 2 * i)])
+        h.notifier.submit(
+            [transition("resolved", "critical", step=101 + 2 * i, reason="recovered")]
+        )
+        h.advance(1)
+    assert len(h.sink().messages) == 2
+    h.advance(600)
+    assert len(h.sink().messages) == 3
+    assert len(h.sink().messages[-1].alerts) == 12 - sum(
+        len(m.alerts) for m in h.sink().messages[:2]
+    )
+
+
+def test_history_older_than_the_horizon_tells_no_one(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.since = T0
+    h.notifier.submit([transition(severity="critical", wall_time=T0 - 10)])
+    h.notifier.submit([transition("resolved", "critical", wall_time=T0 + 1)])
+    h.deliver()
+    assert h.sink().messages == []
+    assert h.outbox.counts()["queued"] == 0
+
+
+def test_a_critical_only_route_gets_no_warnings_and_the_escalation(tmp_path: Path) -> None:
+    everything = Route("apprise", "json://127.0.0.1:1/all", group_wait=0.0)
+    pages = Route("apprise", "json://127.0.0.1:1/pages", min_severity="critical")
+    h = Harness(tmp_path, everything, pages)
+    h.notifier.submit([transition()])
+    h.notifier.submit([transition(severity="critical", escalated_from="warning", step=120)])
+    h.notifier.submit([transition("resolved", "critical", step=130)])
+    h.deliver()
+    assert [len(m.alerts) for m in h.sink(0).messages] == [3]
+    assert [a.alert.state for a in h.sink(1).messages[0].alerts] == ["firing", "resolved"]
+    assert "escalated from warning" in h.sink(1).messages[0].body
+
+
+def test_a_link_from_the_template_is_in_the_message(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.link_template = "http://tb:6006/#scalars&regexInput={run}"
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    assert "(http://tb:6006/#scalars&regexInput=exp1%2Fseed0)" in h.sink().messages[0].body
+
+
+def test_rate_limit_and_backoff_arithmetic() -> None:
+    route = Route("apprise", "x://", rate_limit=(3, 60.0))
+    assert rate_allowed_at(route, [0.0, 10.0], 20.0) == 20.0
+    assert rate_allowed_at(route, [0.0, 10.0, 15.0], 20.0) == 60.0
+    assert rate_allowed_at(route, [0.0, 10.0, 15.0], 61.0) == 61.0
+    assert [backoff(a, lambda: 1.0) for a in range(4)] == [1.0, 2.0, 4.0, 8.0]
+    assert backoff(3, lambda: 0.0) == 4.0  # jitter: half to all of the step
+    assert backoff(40, lambda: 1.0) == 300.0
+    assert math.isfinite(backoff(10_000))
+
+
+@pytest.mark.parametrize("severity", ["warning", "critical"])
+def test_a_fire_and_resolve_inside_the_group_wait_say_both(tmp_path: Path, severity: str) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity=severity), transition("resolved", severity, step=101)])
+    h.advance(30)
+    states = [a.alert.state for m in h.sink().messages for a in m.alerts]
+    assert states == ["firing", "resolved"]
+    assert "- firing for" not in h.sink().messages[0].body

@@ -1,0 +1,326 @@
+"""The default pack: each rule fires on its fault and the pack is quiet on healthy runs.
+
+A synthetic run logs what the HF Trainer would (train/loss, eval/loss,
+train/grad_norm, train/learning_rate, a step time) every 5 steps for 8000
+steps: a noisy, decreasing loss, warm-up then cosine decay of the learning
+rate. Each fault rewrites one part of it from step 4000 on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.probe_faults import FAULTS as PROBE_FAULTS
+from support.probe_faults import PROBE_RULES
+from support.series import WALL0
+
+from trainsentry.backtest.replay import replay_transitions
+from trainsentry.point import Point
+from trainsentry.rules.engine import Engine
+from trainsentry.rules.loader import load_rules
+
+PACK = load_rules()
+ONSET = 4000
+Series = dict[str, list[list[float]]]  # tag -> [[step, wall, value], ...]
+
+HF = {
+    "loss": "train/loss",
+    "val": "eval/loss",
+    "grad": "train/grad_norm",
+    "lr": "train/learning_rate",
+}
+LIGHTNING = {"loss": "train_loss", "val": "val_loss", "grad": "grad_norm", "lr": "lr-AdamW"}
+TUTORIAL = {"loss": "Loss/train", "val": "Loss/val", "grad": "Gradient/Norm", "lr": "lr"}
+TBX = {"loss": "Loss/train", "val": "Loss/val", "grad": "Gradient/Norm", "lr": "LearningRate"}
+KERAS = {
+    "loss": "train/batch_loss",
+    "val": "validation/epoch_loss",
+    "grad": "train/batch_grad_norm",
+    "lr": "train/batch_learning_rate",
+}
+
+
+def healthy(seed: int = 0, names: dict[str, str] = HF, steps: int = 8000) -> Series:
+    rng = random.Random(seed)
+    out: Series = {name: [] for name in (*names.values(), "step_time")}
+    for s in range(0, steps + 1, 5):
+        wall = WALL0 + 0.5 * s + rng.uniform(0, 0.05)
+        clean = 0.5 + 2.5 * math.exp(-s / 2000)
+        out[names["loss"]].append([s, wall, clean * (1 + rng.gauss(0, 0.08))])
+        grad = 1.0 + 0.5 * math.exp(-s / 500) + abs(rng.gauss(0, 0.15))
+        out[names["grad"]].append([s, wall, grad])
+        warm = min(1.0, s / 500)
+        cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps))
+        out[names["lr"]].append([s, wall, 1e-3 * warm * cosine])
+        out["step_time"].append([s, wall, 0.5 + rng.gauss(0, 0.02)])
+        if s % 200 == 0 and s:
+            out[names["val"]].append([s, wall + 1, clean + 0.1 + rng.gauss(0, 0.005)])
+    return out
+
+
+def as_points(series: Series, run: str = "exp/seed0") -> list[Point]:
+    return [Point(run, tag, int(s), w, v) for tag, rows in series.items() for s, w, v in rows]
+
+
+def after(rows: list[list[float]], fn: Callable[[float, float], float], onset: int = ONSET) -> None:
+    for row in rows:
+        if row[0] >= onset:
+            row[2] = fn(row[0] - onset, row[2])
+
+
+def fault_loss_nan(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: math.nan, onset=6000)
+
+
+def fault_grad_inf(run: Series) -> None:
+    after(run["train/grad_norm"], lambda d, v: math.inf, onset=6000)
+
+
+def fault_grad_exponential(run: Series) -> None:
+    after(run["train/grad_norm"], lambda d, v: v * 1.08 ** (d / 5))
+
+
+def fault_grad_jump(run: Series) -> None:
+    after(run["train/grad_norm"], lambda d, v: 500.0 if d < 50 else v)
+
+
+def fault_loss_spike(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: 4 * v if d == 0 else v)
+
+
+def fault_loss_divergence(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: v * (1 + d / 100))
+
+
+def fault_loss_runaway(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: v * 4 ** min(d / 5, 100))  # ×4 per logged point
+
+
+def fault_loss_plateau(run: Series) -> None:
+    level = 0.5 + 2.5 * math.exp(-ONSET / 2000)
+    after(run["train/loss"], lambda d, v: level * (1 + random.Random(d).gauss(0, 0.08)))
+    after(run["eval/loss"], lambda d, v: level + 0.1)
+
+
+def fault_val_stagnation(run: Series) -> None:
+    after(run["eval/loss"], lambda d, v: 0.9)
+
+
+def fault_overfitting(run: Series) -> None:
+    after(run["eval/loss"], lambda d, v: v + d / 2000)
+
+
+def fault_memorising(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: 0.02)
+    after(run["eval/loss"], lambda d, v: 1.0)
+
+
+def fault_lr_zero(run: Series) -> None:
+    after(run["train/learning_rate"], lambda d, v: 0.0)
+
+
+def fault_vanishing(run: Series) -> None:
+    after(run["train/grad_norm"], lambda d, v: 1e-7)
+
+
+def fault_update_ratio(run: Series) -> None:
+    run["probe/update_ratio"] = [
+        [s, w, 1e-3 if s < ONSET else 1e-8] for s, w, _ in run["step_time"]
+    ]
+
+
+def fault_slow_steps(run: Series) -> None:
+    for rows in run.values():
+        for row in rows:
+            if row[0] >= ONSET:
+                row[1] += 3.0 * (row[0] - ONSET)  # 3.5 s per step instead of 0.5
+
+
+def fault_step_time(run: Series) -> None:
+    after(run["step_time"], lambda d, v: 4 * v)
+
+
+def fault_step_hang(run: Series) -> None:
+    # one step hangs for 12 minutes, then the run carries on: under run_stalled's 15 min
+    for rows in run.values():
+        for row in rows:
+            if row[0] >= ONSET:
+                row[1] += 720.0
+
+
+def fault_stall(run: Series) -> None:
+    for rows in run.values():
+        for row in rows:
+            if row[0] >= ONSET:
+                row[1] += 3600.0
+
+
+FAULTS = {
+    "loss_non_finite": fault_loss_nan,
+    "grad_norm_non_finite": fault_grad_inf,
+    "grad_norm_exponential_growth": fault_grad_exponential,
+    "grad_norm_far_above_baseline": fault_grad_jump,
+    "loss_spike": fault_loss_spike,
+    "loss_divergence": fault_loss_divergence,
+    "loss_runaway": fault_loss_runaway,
+    "loss_plateau": fault_loss_plateau,
+    "val_loss_stagnation": fault_val_stagnation,
+    "overfitting": fault_overfitting,
+    "overfitting_severe": fault_memorising,
+    "lr_stuck_at_zero": fault_lr_zero,
+    "vanishing_gradients": fault_vanishing,
+    "update_ratio_collapsed": fault_update_ratio,
+    "throughput_drop": fault_slow_steps,
+    "step_time_increase": fault_step_time,
+    "run_stalled": fault_stall,
+    "step_stalled": fault_step_hang,
+}
+
+
+def test_every_rule_of_the_pack_has_a_fault_here() -> None:
+    # the probe's rules read series this HF-style run does not log; their faults
+    # live in support/probe_faults.py, on synthetic probe series (test_probe_rules.py)
+    names = {r.name for r in PACK.rules}
+    assert names - set(PROBE_RULES) == set(FAULTS)
+    assert set(PROBE_RULES) <= names
+    assert set(PROBE_FAULTS) == set(PROBE_RULES)
+    assert not set(FAULTS) & set(PROBE_RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(FAULTS))
+def test_each_default_rule_fires_on_its_fault_after_the_onset(rule: str) -> None:
+    run = healthy(seed=7)
+    FAULTS[rule](run)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    mine = [t for t in fired if t.rule == rule]
+    assert mine, f"{rule} did not fire; fired: {[(t.rule, t.step) for t in fired]}"
+    assert mine[0].step >= ONSET - 200, mine[0].message
+    assert mine[0].message and mine[0].runbook
+
+
+@pytest.mark.parametrize("rule", sorted(FAULTS))
+def test_messages_read_as_one_sentence_that_names_the_step_once(rule: str) -> None:
+    run = healthy(seed=7)
+    FAULTS[rule](run)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    for t in (t for t in fired if t.rule == rule):
+        if t.metric == "*":  # run-level: the silence is its subject
+            assert t.message.startswith("no new data for "), t.message
+            continue
+        assert t.message.startswith(f"{t.canonical} at step {t.step} "), t.message
+        assert "(step" not in t.message and ") (" not in t.message, t.message
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    "names",
+    [HF, LIGHTNING, TUTORIAL, TBX, KERAS],
+    ids=["hf", "lightning", "tutorial", "tbx", "keras"],
+)
+def test_the_pack_is_quiet_on_a_healthy_noisy_decreasing_loss(
+    seed: int, names: dict[str, str]
+) -> None:
+    got = replay_transitions(as_points(healthy(seed, names)), PACK)
+    assert [(t.rule, t.step, t.message) for t in got] == []
+
+
+def test_exponential_gradient_growth_escalates_before_the_norm_passes_100() -> None:
+    run = healthy(seed=3)
+    fault_grad_exponential(run)
+    got = [
+        t for t in replay_transitions(as_points(run), PACK) if t.rule.startswith("grad_norm_exp")
+    ]
+    firing = [t for t in got if t.state == "firing"]
+    assert [t.severity for t in firing] == ["warning", "critical"]
+    crossing = next(s for s, _, v in run["train/grad_norm"] if v > 100)
+    assert firing[1].step <= crossing - 10
+    assert "projected to pass 100" in firing[1].message and firing[1].escalated_from == "warning"
+
+
+def test_the_pack_catches_a_nan_logged_under_any_convention() -> None:
+    for names in (HF, LIGHTNING, TUTORIAL):
+        run = healthy(seed=1, names=names, steps=500)
+        after(run[names["loss"]], lambda d, v: math.nan, onset=400)
+        fired = {t.rule for t in replay_transitions(as_points(run), PACK) if t.state == "firing"}
+        assert "loss_non_finite" in fired, names
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["train/loss", "eval/loss", "train/grad_norm", "lr", "step_time", "x"]),
+            st.integers(-5, 400),
+            st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(0.0)),
+            st.one_of(st.floats(0, 1e4), st.just(math.nan)),
+        ),
+        max_size=300,
+    )
+)
+def test_the_engine_never_crashes_on_odd_points(rows: list[tuple[str, int, float, float]]) -> None:
+    engine = Engine(PACK)
+    for tag, step, value, wall in rows:
+        for t in engine.feed(Point("r", tag, step, WALL0 + wall, value)):
+            json.dumps(t.as_dict(), allow_nan=False)
+    engine.tick(WALL0 + 1e6)
+    engine.finish_all()
+
+
+def test_corrupted_batches_that_recover_stay_a_warning() -> None:
+    # eight logged batches of garbage (loss ×30, one huge gradient), then the loss
+    # comes back down over ~40 logged points: the run recovers by itself
+    run = healthy(seed=4)
+    after(run["train/loss"], lambda d, v: 30 * v if d < 40 else v * (1 + 3 * math.exp(-d / 60)))
+    after(run["train/grad_norm"], lambda d, v: 800.0 if d == 0 else 30 * v if d < 40 else v)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    assert [t.severity for t in fired if t.severity == "critical"] == []
+    spikes = [(t.severity, t.step) for t in fired if t.rule == "loss_spike"]
+    assert spikes == [("warning", ONSET)]  # one episode: no escalation
+
+
+def test_a_single_bad_gradient_is_not_a_blow_up() -> None:
+    run = healthy(seed=5)
+    after(run["train/grad_norm"], lambda d, v: 900.0 if d == 0 else v)
+    assert [t.rule for t in replay_transitions(as_points(run), PACK)] == []
+
+
+def retimed(run: Series, seconds_per_step: Callable[[int], float]) -> None:
+    """Re-stamp every series with a clock that advances `seconds_per_step(step)` per step."""
+    wall, clock = WALL0, {}
+    for step in range(0, 8001):
+        clock[step] = wall
+        wall += seconds_per_step(step)
+    for rows in run.values():
+        for row in rows:
+            row[1] = clock[int(row[0])]
+
+
+def test_the_pack_is_quiet_on_a_tiny_model_with_millisecond_jitter() -> None:
+    # 3 ms per step; every 1000 steps a neighbour takes the core for 300 steps: 10-12 ms
+    rng = random.Random(6)
+    run = healthy(seed=6)
+    retimed(run, lambda s: (0.011 if s % 1000 >= 700 else 0.003) + rng.uniform(0, 0.001))
+    run["step_time"] = [[s, w, 0.003] for s, w, _ in run["step_time"]]
+    assert [(t.rule, t.step) for t in replay_transitions(as_points(run), PACK)] == []
+
+
+def test_a_starved_data_loader_of_a_fast_model_is_still_caught() -> None:
+    run = healthy(seed=6)
+    retimed(run, lambda s: 0.48 if ONSET <= s < ONSET + 600 else 0.06)
+    fired = [t for t in replay_transitions(as_points(run), PACK) if t.state == "firing"]
+    assert [(t.rule, t.severity) for t in fired] == [("throughput_drop", "warning")]
+    assert ONSET < fired[0].step < ONSET + 150
+
+
+def test_lr_at_zero_is_caught_under_tutorial_and_keras_names() -> None:
+    for names in (TBX, KERAS):
+        run = healthy(seed=2, names=names, steps=2000)
+        after(run[names["lr"]], lambda d, v: 0.0, onset=1000)
+        fired = {t.rule for t in replay_transitions(as_points(run), PACK) if t.state == "firing"}
+        assert fired == {"lr_stuck_at_zero"}, names
