@@ -14,14 +14,14 @@ import base64
 import json
 import shutil
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_process import DaemonProcess
-from notify_endpoints import free_port
+from support.daemon_process import DaemonProcess
+from support.ports import free_port
+from support.waiting import wait_until as until
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 pytestmark = pytest.mark.skipif(
@@ -101,13 +101,6 @@ class Alertmanager:
         self.proc.wait(timeout=30)
 
 
-def until(check, what: str, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def ours(am: Alertmanager) -> list[dict]:
     return [a for a in am.alerts() if a["labels"].get("run") == "exp"]
 
@@ -137,6 +130,7 @@ def start(tmp: Path, *urls: str) -> DaemonProcess:
     return DaemonProcess(*args, merge_stderr=True)
 
 
+@pytest.mark.timeout(300)  # a re-send comes a minute after the firing
 def test_a_cluster_sees_the_alert_fire_stay_alive_and_resolve(tmp_path: Path, logs: Path) -> None:
     """Both instances are named, as a cluster must be; each lists the alert with its labels,
     sees it re-sent (its endsAt pushed on) while it fires, and resolved once it ends."""
@@ -157,10 +151,10 @@ def test_a_cluster_sees_the_alert_fire_stay_alive_and_resolve(tmp_path: Path, lo
         assert alert["annotations"]["runbook"] == "Lower the learning rate."
         assert alert["status"]["state"] == "active"
         ends = alert["endsAt"]
-        until(lambda: [a["endsAt"] for a in ours(first)] not in ([ends], []), "a re-send")
+        until(lambda: [a["endsAt"] for a in ours(first)] not in ([ends], []), "a re-send", 150)
         logs.open("a").write(STEP.format(step=6, loss=1.0))  # recovered
         for am in (first, second):
-            until(lambda am=am: ours(am) == [], "the resolve on each instance")
+            until(lambda am=am: ours(am) == [], "the resolve on each instance", 150)
     finally:
         daemon.stop()
         first.close()
