@@ -186,17 +186,22 @@ def test_hostile_run_names_cannot_split_or_colour_an_alert_line(tmp_path: Path) 
     assert runs == {"evil\\x0aFIRING critical forged", "red\\x1b[31mrun"}
 
 
-def test_a_nul_in_a_metric_name_reaches_a_command_action_escaped_and_it_runs(
-    tmp_path: Path,
-) -> None:
-    seen = tmp_path / "seen.json"
-    rules = tmp_path / "rules.yaml"
+def environment_dumping_rule(tmp: Path, selector: str) -> tuple[Path, Path]:
+    """A rule whose command action writes the environment it got to a file: (file, rules)."""
+    seen, rules = tmp / "seen.json", tmp / "rules.yaml"
     script = f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))"
     rules.write_text(
-        "rules:\n  - name: loss_nan\n    tag: 'lo*'\n    severity: critical\n"
+        f"rules:\n  - name: loss_nan\n    {selector}\n    severity: critical\n"
         "    non_finite: {}\n"
         f"    actions: [{{command: [{sys.executable!r}, -c, {script!r}]}}]\n"
     )
+    return seen, rules
+
+
+def test_a_nul_in_a_metric_name_reaches_a_command_action_escaped_and_it_runs(
+    tmp_path: Path,
+) -> None:
+    seen, rules = environment_dumping_rule(tmp_path, "tag: 'lo*'")
     logs = tmp_path / "logs"
     (logs / "exp").mkdir(parents=True)
     (logs / "exp" / "metrics.jsonl").write_text('{"step": 1, "lo\\u0000ss": NaN}\n')
@@ -213,14 +218,7 @@ def test_a_nul_in_a_metric_name_reaches_a_command_action_escaped_and_it_runs(
 def test_a_command_action_gets_a_minimal_environment_not_the_daemons_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen = tmp_path / "seen.json"
-    rules = tmp_path / "rules.yaml"
-    script = f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))"
-    rules.write_text(
-        "rules:\n  - name: loss_nan\n    metric: loss\n    severity: critical\n"
-        "    non_finite: {}\n"
-        f"    actions: [{{command: [{sys.executable!r}, -c, {script!r}]}}]\n"
-    )
+    seen, rules = environment_dumping_rule(tmp_path, "metric: loss")
     receiver = HttpReceiver()
     monkeypatch.setenv("HOOK_URL", f"json://{receiver.url}/hook/s3cr3tpath")
     monkeypatch.setenv("TRAINSENTRY_HTTP_TOKEN", "tokentokentoken")

@@ -27,6 +27,15 @@ def entry(key: str, route: Route = ROUTE, notice: Notice | None = None) -> Entry
     )
 
 
+def lane_for(tmp: Path, results: list[SendResult]) -> tuple[Lane, Outbox, RecordingSink, Clock]:
+    """A lane to ROUTE with one notification queued and its sink answering `results`."""
+    clock = Clock(T0)
+    outbox = Outbox(tmp / "state.db", clock=clock)
+    sink = RecordingSink(results=results)
+    outbox.enqueue([entry("k1")])
+    return Lane(ROUTE, sink, outbox, clock=clock, rng=lambda: 1.0), outbox, sink, clock
+
+
 def run_down(lane: Lane, clock: Clock, rounds: int) -> None:
     for _ in range(rounds):
         nxt = lane.step(clock.now)
@@ -36,11 +45,7 @@ def run_down(lane: Lane, clock: Clock, rounds: int) -> None:
 
 
 def test_sends_that_meet_no_answer_carry_one_key_wait_longer_and_stop(tmp_path: Path) -> None:
-    clock = Clock(T0)
-    outbox = Outbox(tmp_path / "state.db", clock=clock)
-    sink = RecordingSink(results=[SendResult.unanswered("timed out")] * 10)
-    lane = Lane(ROUTE, sink, outbox, clock=clock, rng=lambda: 1.0)
-    outbox.enqueue([entry("k1")])
+    lane, outbox, sink, clock = lane_for(tmp_path, [SendResult.unanswered("timed out")] * 10)
     run_down(lane, clock, 20)
     assert len(sink.messages) == AMBIGUOUS_TRIES
     assert len({m.key for m in sink.messages}) == 1 and sink.messages[0].key
@@ -52,11 +57,7 @@ def test_sends_that_meet_no_answer_carry_one_key_wait_longer_and_stop(tmp_path: 
 
 def test_a_receiver_that_is_down_is_retried_without_end(tmp_path: Path) -> None:
     """Refused is not ambiguous: nothing arrived, so at least once means trying on."""
-    clock = Clock(T0)
-    outbox = Outbox(tmp_path / "state.db", clock=clock)
-    sink = RecordingSink(results=[SendResult.retry("connection refused")] * 30)
-    lane = Lane(ROUTE, sink, outbox, clock=clock, rng=lambda: 1.0)
-    outbox.enqueue([entry("k1")])
+    lane, outbox, sink, clock = lane_for(tmp_path, [SendResult.retry("connection refused")] * 30)
     run_down(lane, clock, 60)  # a send, then a jump to its retry: two rounds a send
     assert len(sink.messages) == 30 and outbox.counts()["queued"] == 1
 
