@@ -142,7 +142,7 @@ class Lane:
                     f"{result.error}; no answer {tries} times in a row: it may have arrived, "
                     "and is not sent again"
                 )
-        for k in keys if not result.retryable else ():
+        for k in keys if not result.ambiguous else ():  # "in a row": anything else ends it
             self._unanswered.pop(k, None)
         if result.ok:
             self.outbox.confirm(self.receiver, keys, done)

@@ -78,31 +78,34 @@ def classify(name: str) -> str | None:
     else: profiler traces and plugin data, and sources and notes about event
     files (`test_tfevents.py`, `tfevents.md`).
     """
-    if "tfevents" in name:
-        if name.endswith(_NOT_EVENTS):
-            return None
-        return "tfevents"
-    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+    if name.endswith((".jsonl", ".ndjson")):
         return "jsonl"
     if name.endswith(".csv"):
         return "csv"
+    if "tfevents" in name and not name.endswith(_NOT_EVENTS):
+        return "tfevents"
     return None
 
 
-def run_of(directory: Path, root: Path, root_name: str) -> tuple[str, str]:
+def run_of(
+    directory: Path, root: Path, root_name: str, top: Path | None = None
+) -> tuple[str, str]:
     """(run id, tag prefix) for a log file's directory under `root`.
 
     `root_name` names files that sit directly in the root: `run ./logs` on a
     single run directory should call it "logs", not ".". A `train/` or
     `validation/` directory is Keras' split of the run above it when that run
-    is inside the root (`root/exp/train`) or the root is Keras' log_dir (its
-    `train/` has a `validation/` beside it); a lone `train/` directly under the
-    root is a run of that name, whose job finds its stop file in it.
+    is below the path given (`top`: `top/exp/train`) or the path given is
+    Keras' log_dir (its `train/` has a `validation/` beside it); a lone
+    `train/` directly in the path given is a run of that name, whose job finds
+    its stop file in it. Judged against the path given, not against what run
+    ids are named from, so `run top` and `replay top` agree.
     """
     rel = os.path.relpath(directory, root)
     parts = [] if rel == "." else [safe_name(p) for p in rel.split(os.sep)]
     prefix = ""
-    if parts and parts[-1] in SPLIT_DIRS and (len(parts) > 1 or _beside_a_split(directory)):
+    below = directory.parent != (top if top is not None else root)
+    if parts and parts[-1] in SPLIT_DIRS and (below or _beside_a_split(directory)):
         prefix = parts.pop() + "/"
     if not parts:
         return safe_name(root_name), prefix
@@ -142,7 +145,8 @@ class Root:
         kind = classify(path.name)
         if kind is None or CONTROL_DIR in path.parts:
             return None
-        run, prefix = run_of(path.parent, self.rel_root, self.name)
+        top = self.top if self.top.is_dir() else self.top.parent
+        run, prefix = run_of(path.parent, self.rel_root, self.name, top)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:

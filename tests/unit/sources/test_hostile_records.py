@@ -129,6 +129,7 @@ def test_notes_and_sources_about_event_files_are_not_event_files() -> None:
     assert classify("events.out.tfevents.1700000000.host.1.0") == "tfevents"
     assert classify("events.out.tfevents.1700000000.host.1.0.v2") == "tfevents"
     assert classify("test_tfevents.py") is None and classify("tfevents.md") is None
+    assert classify("x_tfevents.jsonl") == "jsonl" and classify("tfevents.csv") == "csv"
 
 
 def test_train_and_validation_are_keras_splits_only_where_keras_puts_them(
@@ -153,3 +154,10 @@ def test_train_and_validation_are_keras_splits_only_where_keras_puts_them(
         ("train", ""), ("eval", ""),
     }  # fmt: skip
     assert [(f.run, f.tag_prefix) for f in Root.watched(nested).scan()] == [("exp", "train/")]
+    # replay names runs from the path's parent, and splits the same way as the daemon
+    assert {(f.run, f.tag_prefix) for f in Root.under(alone, tmp_path).scan()} == {
+        ("alone/train", ""), ("alone/eval", ""),
+    }  # fmt: skip
+    assert {(f.run, f.tag_prefix) for f in Root.under(keras, tmp_path).scan()} == {
+        ("keras", "train/"), ("keras", "validation/"),
+    }  # fmt: skip
