@@ -1,6 +1,7 @@
 """Detection benchmark: the default rule pack against two baselines, on the labelled corpus.
 
-    python bench/detection.py [--corpus DIR] [--rules PATH ...] [--runs]
+    python bench/detection.py [--corpus DIR] [--rules PATH ...] [--no-dynamics]
+                              [--shapes-only | --no-shapes] [--no-run-details]
 
 Every run of the corpus (bench/corpus.py) is read back with trainsentry's own
 reader and replayed through its rule engine — the code path of `trainsentry
@@ -17,6 +18,12 @@ non-crash faults (any alert at/after onset), criticals on healthy runs and
 warnings per healthy run, each against its target. A dynamics section then
 describes the corpus itself (symptom-to-crash times, healthy noise), the
 numbers any threshold must respect.
+
+A last section scores the framework-shapes runs (CORPUS/frameworks/, made by
+`bench/corpus.py --shapes`) per logging shape: HF Trainer, Lightning, Keras
+`fit`, TF2-style and tensorboardX logs as each framework writes them by
+default, with the issue's measures and the runs that miss each target
+(detection_shapes.py says how each is counted).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DEFAULT_CORPUS = HERE / ".cache" / "corpus"
 sys.path.insert(0, str(HERE.parent / "daemon"))
+
+import detection_shapes  # noqa: E402
 
 from trainsentry.point import Point  # noqa: E402
 from trainsentry.sources.reading import iter_points  # noqa: E402
@@ -447,11 +456,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--rules", nargs="*", default=None, help="rule files (default: shipped pack)")
     ap.add_argument("--no-dynamics", action="store_true", help="skip the corpus statistics")
+    part = ap.add_mutually_exclusive_group()
+    part.add_argument("--shapes-only", action="store_true", help="only the framework shapes")
+    part.add_argument("--no-shapes", action="store_true", help="skip the framework shapes")
+    ap.add_argument(
+        "--no-run-details", action="store_true", help="framework shapes: no per-run lines"
+    )
     args = ap.parse_args(argv)
-    runs = load_runs(args.corpus)
-    if not runs:
+    scored = 0
+    if not args.shapes_only:
+        scored += classic(args)
+    if not args.no_shapes:
+        scored += detection_shapes.print_section(args.corpus, args.rules, not args.no_run_details)
+    if not scored:
         print(f"no runs with label.json under {args.corpus}; run bench/corpus.py first")
         return 2
+    return 0
+
+
+def classic(args: argparse.Namespace) -> int:
+    """The classic corpus's sections; returns how many runs were scored."""
+    runs = load_runs(args.corpus)
+    if not runs:
+        return 0
     detectors: dict[str, Detector] = {}
     engine, why = engine_detector(args.rules)
     if engine is not None:
@@ -469,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     print_runs(runs, results)
     if not args.no_dynamics:
         print_dynamics(args.corpus, runs)
-    return 0
+    return len(runs)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="warnings wait this long to be batched per run (default 30s; criticals go at once)",
     )
     notify.add_argument(
+        "--group-interval",
+        type=_config_flag("group_interval"),
+        default=argparse.SUPPRESS,
+        metavar="DURATION",
+        help="a run's alerts after its first page join it and leave together at most this "
+        "often (default 5m; 0: each at once)",
+    )
+    notify.add_argument(
         "--repeat-interval",
         type=_config_flag("repeat_interval"),
         default=argparse.SUPPRESS,

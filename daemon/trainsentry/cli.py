@@ -58,6 +58,7 @@ def _routes(args: argparse.Namespace, config: Config | None = None) -> list[Rout
     timeout = getattr(args, "notify_timeout", config.notify_timeout)
     timing: dict[str, Any] = {
         "group_wait": config.group_wait,
+        "group_interval": config.group_interval,
         "repeat_interval": config.repeat_interval,
         "rate_limit": config.rate_limit,
         "timeout": timeout,
@@ -215,7 +216,10 @@ def _with_flags(args: argparse.Namespace, config: Config) -> Config:
 
     given = vars(args)
     changes: dict[str, object] = {}
-    for key in ("history", "poll", "group_wait", "repeat_interval", "rate_limit", "notify_timeout"):
+    for key in (
+        "history", "poll", "group_wait", "group_interval", "repeat_interval", "rate_limit",
+        "notify_timeout",
+    ):  # fmt: skip
         if key in given:
             changes[key] = given[key]
     if args.rules:

@@ -103,7 +103,9 @@ def job(tmp_path: Path) -> Path:
 def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     tmp_path: Path, job: Path, monkeypatch: pytest.MonkeyPatch, saved: str
 ) -> None:
-    """Pending at step 5 when killed; the alert fires at 15, as if nothing happened.
+    """Pending at step 5 when killed; the alert fires at 14, as if nothing happened.
+
+    A `for` of 10 steps counts from step 4, where the point at 5 begins.
 
     With a snapshot, the points after it are relearned; without one (a crash
     before the first save), the whole file up to the committed offset is.
@@ -140,10 +142,10 @@ def test_a_for_that_began_before_a_kill_fires_where_the_replay_says(
     rules = load_rules([str(tmp_path / "rules.yaml")])
     expected = replay_transitions(iter_points([tmp_path / "logs"]), rules)
     assert [(t.state, t.step) for t in expected if t.reason != "run finished"] == [
-        ("firing", 15),
+        ("firing", 14),
         ("resolved", 40),
     ]
-    assert alerts(tmp_path) == [("firing", 15), ("resolved", 40)]
+    assert alerts(tmp_path) == [("firing", 14), ("resolved", 40)]
     # the restart printed only the points it had not delivered before
     assert sorted(p["step"] for p in second.points) == list(range(11, 50))
 

@@ -15,6 +15,16 @@ firing book (what is firing now, since when, who was told) lives in memory
 and is saved with the engine's state (snapshot.py), so after a restart what
 was firing is still repeated, re-sent to Alertmanager, and resolved.
 
+A page means "act now", so a person gets one per run per incident. Once a
+run's first critical has been told to a receiver, its later criticals (the
+epoch loss after the step loss, every layer's norm after the total) join that
+incident: they leave together at most every `group_interval`, as an update,
+not as pages of their own; warnings after any told alert of the run do the
+same. A resolve for "recovered" is held a group interval (`FLAP_HOLD_SECONDS`
+by default) before it is told: if the alert fires again meanwhile it was one
+alert all along (flap damping), and neither the resolve nor the re-fire is
+sent; a resolve for any other reason (run finished, deleted) is told at once.
+
 Every function takes `now`: the delivery workers and the tests pass the clock
 in, so nothing here sleeps or reads the time.
 """
@@ -24,17 +34,24 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition
 from trainsentry.alerts.route import Route
 
+# A recovered alert that fires again within this long never resolved (flap damping).
+FLAP_HOLD_SECONDS = 300.0
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 300.0  # an endpoint down for a day is retried every ~5 minutes
 
 
-def due_time(route: Route, severity: str, now: float) -> float:
-    """Criticals at once; warnings (and resolves of warnings) after the group wait."""
-    return now if severity == "critical" else now + route.group_wait
+def due_time(route: Route, severity: str, now: float, joins: float | None = None) -> float:
+    """Criticals at once; warnings (and resolves of warnings) after the group wait; an
+    alert joining an incident told at `joins` no sooner than a group interval after it."""
+    due = now if severity == "critical" else now + route.group_wait
+    if joins is not None and route.group_interval > 0:
+        due = max(due, joins + route.group_interval)
+    return due
 
 
 def rate_allowed_at(route: Route, sent_times: Sequence[float], now: float) -> float:
@@ -76,6 +93,10 @@ class Firing:
     threshold: float | None = None
     link: str | None = None
     incident: str | None = None  # its bundle's path
+    # A "recovered" resolve held for flap damping: its notifications and when they go
+    resolving: list[Any] | None = None  # the outbox entries, written at `resolve_at`
+    resolve_at: float = 0.0
+    told_severity: str = ""  # the highest severity its receivers were told
 
     def notice(self, kind: NoticeKind, now: float, actions: tuple[str, ...] = ()) -> Notice:
         """What a firing or a repeat of this alert tells its receivers."""
@@ -108,11 +129,35 @@ class FiringBook:
     def get(self, key: AlertKey) -> Firing | None:
         return self._firing.get(key)
 
+    def joins(self, run: str, receiver: str, key: AlertKey, critical: bool) -> float | None:
+        """When `receiver` was last told of an open incident of `run` that an alert `key`
+        would join (None: it opens one). A critical joins only an incident already paged
+        with a critical: a critical after warnings is the page."""
+        told = [
+            when
+            for k, e in self._firing.items()
+            if k != key and k[0] == run and e.resolving is None
+            and (not critical or e.told_severity == "critical")
+            and (when := e.receivers.get(receiver)) is not None
+        ]  # fmt: skip
+        return max(told, default=None)
+
+    def due_resolves(self, now: float) -> list[Any]:
+        """The held resolves whose hold is over; their alerts leave the book."""
+        out: list[Any] = []
+        for key, entry in list(self._firing.items()):
+            if entry.resolving is not None and entry.resolve_at <= now:
+                out.extend(entry.resolving)
+                del self._firing[key]
+        return out
+
     def due_repeats(self, routes: Sequence[Route], now: float) -> list[tuple[Firing, Route]]:
         """(alert, route) pairs whose last message to that route is a repeat interval old."""
         out = []
         by_receiver = {r.receiver: r for r in routes}
         for entry in self._firing.values():
+            if entry.resolving is not None:
+                continue
             for receiver, told in entry.receivers.items():
                 route = by_receiver.get(receiver)
                 repeat = route.repeat_interval if route is not None else 0.0
@@ -121,4 +166,5 @@ class FiringBook:
         return out
 
     def __len__(self) -> int:
-        return len(self._firing)
+        """Alerts firing now (a held resolve's alert is no longer)."""
+        return sum(e.resolving is None for e in self._firing.values())

@@ -25,7 +25,7 @@ from typing import Any
 from trainsentry.actions.stop_file import stop_file_path, write_stop_file
 from trainsentry.alert import Command, Notice, Transition
 from trainsentry.alerts.dispatch import Lane
-from trainsentry.alerts.grouping import Firing, FiringBook, due_time
+from trainsentry.alerts.grouping import FLAP_HOLD_SECONDS, Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
 from trainsentry.alerts.message import link_for
 from trainsentry.alerts.outbox import Entry, Outbox
@@ -97,6 +97,7 @@ class Notifier:
         since: float = -math.inf,
         link_template: str | None = None,
         control_dir: Path | None = None,
+        flap_hold: float = FLAP_HOLD_SECONDS,
         clock: Callable[[], float] = time.time,
         sinks: dict[str, Sink] | None = None,
     ) -> None:
@@ -111,6 +112,7 @@ class Notifier:
         self.since = since
         self.link_template = link_template
         self.control_dir = control_dir
+        self.flap_hold = flap_hold
         self._clock = clock
         sinks = sinks or {}
         self.lanes = {
@@ -164,6 +166,7 @@ class Notifier:
             entries.append(
                 Entry(key, route.receiver, a.run, a.severity, entry.notice("repeat", now), now)
             )
+        entries.extend(self.book.due_resolves(now))
         self._enqueue(entries)
 
     def close(self, timeout: float = 2.0) -> None:
@@ -182,9 +185,14 @@ class Notifier:
     def _firing(self, t: Transition, shown: bool, entries: list[Entry], relearned: bool) -> None:
         now = self._clock()
         before = self.book.get(t.key)
+        flapped = before is not None and before.resolving is not None
+        if flapped and before is not None:  # fired again within the hold: it never resolved
+            before.resolving = None
         entry = self.book.fire(t, now, shown)
         if not shown:
             return
+        if flapped and (t.severity != "critical" or entry.told_severity == "critical"):
+            return  # the same alert, still firing as its receivers were told
         rule = self._rule_of(t.rule)
         first = before is None or not before.shown
         if first:
@@ -199,22 +207,28 @@ class Notifier:
         if rule is not None and rule.actions and first and not relearned:
             actions = self._act(t, rule, now, entries)
         notice = entry.notice("firing", now, actions)
+        critical = t.severity == "critical"
         for route in self.routes:
             if route.kind == "command" or not route.accepts(t.severity, t.labels):
                 continue
             key = notification_key(t, route.receiver, "firing")
-            due = due_time(route, t.severity, now)
+            joins = self.book.joins(t.run, route.receiver, t.key, critical)
+            due = due_time(route, t.severity, now, joins)
             entries.append(Entry(key, route.receiver, t.run, t.severity, notice, due))
             entry.receivers[route.receiver] = now
+        if critical or not entry.told_severity:
+            entry.told_severity = t.severity
 
     def _resolved(self, t: Transition, shown: bool, entries: list[Entry]) -> None:
-        entry = self.book.resolve(t.key)
+        entry = self.book.get(t.key)
         # A firing someone was told of gets its resolve, however old its data: the
         # horizon keeps history from paging, not a told alert from ending.
         if entry is None or not entry.shown:
+            self.book.resolve(t.key)
             return
         now = self._clock()
         peak, peak_step = self._peak(entry, t)
+        told: list[Entry] = []
         notice = Notice(
             t, "resolved", now, since=entry.since, reason=t.reason, link=entry.link,
             duration=self._duration(entry, t, now), peak=peak, peak_step=peak_step,
@@ -225,7 +239,12 @@ class Notifier:
                 continue
             key = notification_key(t, receiver, "resolved")
             due = due_time(route, t.severity, now)
-            entries.append(Entry(key, receiver, t.run, t.severity, notice, due))
+            told.append(Entry(key, receiver, t.run, t.severity, notice, due))
+        if t.reason == "recovered" and self.flap_hold > 0:  # told once it stays recovered
+            entry.resolving, entry.resolve_at = told, now + self.flap_hold
+        else:
+            self.book.resolve(t.key)
+            entries.extend(told)
 
     def _enqueue(self, entries: list[Entry]) -> None:
         if not entries:

@@ -27,6 +27,9 @@ RouteKind = Literal["apprise", "alertmanager", "command"]
 SEVERITY_RANK = {"warning": 1, "critical": 2}
 
 GROUP_WAIT_SECONDS = 30.0
+# Alertmanager's group_interval: a run's alerts that fire after its first page join that
+# incident and leave together at most this often, rather than paging one by one.
+GROUP_INTERVAL_SECONDS = 300.0
 REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 RATE_LIMIT = (10, 600.0)  # messages per seconds, per receiver
 SEND_TIMEOUT_SECONDS = 10.0
@@ -45,6 +48,7 @@ class Route:
     min_severity: str = "warning"
     match_labels: tuple[tuple[str, str], ...] = ()  # all must equal (config file, later)
     group_wait: float = GROUP_WAIT_SECONDS  # warnings only; criticals go at once
+    group_interval: float = GROUP_INTERVAL_SECONDS  # an open incident's later alerts; 0: at once
     repeat_interval: float = REPEAT_INTERVAL_SECONDS
     rate_limit: tuple[int, float] | None = RATE_LIMIT
     timeout: float = SEND_TIMEOUT_SECONDS
@@ -113,6 +117,7 @@ def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Rout
         "alertmanager",
         url.rstrip("/"),
         group_wait=0.0,  # Alertmanager groups by itself
+        group_interval=0.0,
         repeat_interval=ALERTMANAGER_RESEND_SECONDS,
         rate_limit=None,
         timeout=timeout,

@@ -218,6 +218,9 @@ def _routes(spec: ConfigSpec, reader: _Reader) -> tuple[Route, ...]:
         path: YamlPath = ("notify", "routes", i)
         timing: dict[str, Any] = {
             "group_wait": notify.group_wait if r.group_wait is None else r.group_wait,
+            "group_interval": (
+                notify.group_interval if r.group_interval is None else r.group_interval
+            ),
             "repeat_interval": (
                 notify.repeat_interval if r.repeat_interval is None else r.repeat_interval
             ),
@@ -303,6 +306,7 @@ def load_config(path: str | Path | None, *, environ: Mapping[str, str] | None = 
         http=_http(spec, reader, data),
         routes=_routes(spec, reader),
         group_wait=spec.notify.group_wait,
+        group_interval=spec.notify.group_interval,
         repeat_interval=spec.notify.repeat_interval,
         rate_limit=spec.notify.rate_limit,
         notify_timeout=spec.notify.timeout,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsentry.alerts.route import (
+    GROUP_INTERVAL_SECONDS,
     GROUP_WAIT_SECONDS,
     RATE_LIMIT,
     REPEAT_INTERVAL_SECONDS,
@@ -65,6 +66,7 @@ class Config:
     http: HttpSettings = field(default_factory=HttpSettings)
     routes: tuple[Route, ...] = field(default=(), repr=False)  # apprise and Alertmanager
     group_wait: float = GROUP_WAIT_SECONDS
+    group_interval: float = GROUP_INTERVAL_SECONDS
     repeat_interval: float = REPEAT_INTERVAL_SECONDS
     rate_limit: tuple[int, float] | None = RATE_LIMIT
     notify_timeout: float = SEND_TIMEOUT_SECONDS

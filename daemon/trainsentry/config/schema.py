@@ -111,6 +111,7 @@ FLAG_PARSERS: dict[str, Callable[[Any], Any]] = {
     "history": parse_horizon,
     "poll": parse_poll,
     "group_wait": seconds,
+    "group_interval": seconds,
     "repeat_interval": seconds,
     "rate_limit": parse_rate,
     "notify_timeout": positive_seconds,
@@ -272,7 +273,8 @@ class RouteSpec(AlertmanagerSpec):
     match: Annotated[dict[str, str], BeforeValidator(_empty_mapping)] = Field(
         default_factory=dict
     )  # rule labels that must all be equal
-    group_wait: Seconds | None = None  # these three default to notify's
+    group_wait: Seconds | None = None  # these default to notify's
+    group_interval: Seconds | None = None
     repeat_interval: Seconds | None = None
     rate_limit: RateLimit = None
     batch: bool = True
@@ -287,6 +289,7 @@ class NotifySpec(Strict):
         BeforeValidator(_empty_list),
     ] = Field(default_factory=list)
     group_wait: Seconds = 30.0
+    group_interval: Seconds = 300.0
     repeat_interval: Seconds = 4 * 3600.0
     rate_limit: RateLimit = (10, 600.0)
     timeout: PositiveSeconds = 10.0

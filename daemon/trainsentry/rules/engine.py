@@ -79,6 +79,9 @@ def make_condition(spec: m.Condition) -> Evaluator:
     return condition
 
 
+NO_STEP = -(2**62)  # an alert's last step before its series' first point
+
+
 @dataclass(eq=False, slots=True)
 class Alert:
     """One rule on one series of one run: its condition, its lifecycle, what was shown."""
@@ -91,7 +94,8 @@ class Alert:
     lifecycle: Lifecycle
     shown: Severity | None = None  # severity last emitted as firing; None when not shown
     holding: bool = False  # the condition's latest verdict holds the alarm (not the latch)
-    last_step: int = -(2**62)
+    last_step: int = NO_STEP
+    last_wall: float = math.nan
     value: float = math.nan
     # what firing() last rendered for it, and what that depended on: an alert left
     # firing on an idle run renders the same every second (the HTTP snapshot)
@@ -298,15 +302,19 @@ class Engine:
             rule = alert.rule
             if step < rule.min_step:
                 continue
-            if step < alert.last_step:  # the run resumed from a checkpoint: start the window afresh
+            before = alert.last_step, alert.last_wall
+            if step < before[0]:  # the run resumed from a checkpoint: start the window afresh
                 alert.condition = make_condition(rule.condition)
-            alert.last_step, alert.value = step, value
+                before = (step, wall)
+            alert.last_step, alert.last_wall, alert.value = step, wall, value
             verdict = alert.condition.update(step, wall, value, run)
             if not alert.holding and (
                 verdict is None or (verdict == QUIET and alert.lifecycle.phase == INACTIVE)
             ):
                 continue  # the common case: an idle alert judged quiet (or not judged) stays so
-            event = alert.lifecycle.observe(verdict, step, wall)
+            event = alert.lifecycle.observe(
+                verdict, step, wall, before if before[0] != NO_STEP else None
+            )
             if verdict is not None:
                 alert.holding = verdict >= m.ACTIVE or (
                     verdict == m.HELD and alert.lifecycle.firing

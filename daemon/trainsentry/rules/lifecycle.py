@@ -54,8 +54,24 @@ class Lifecycle:
     last_wall: float = 0.0
     quiet_points: int = 0  # quiet verdicts since the last active one
 
-    def observe(self, verdict: int | None, step: int, wall_time: float) -> str | None:
-        """Advance on one verdict (None: the condition could not judge this point)."""
+    def observe(
+        self,
+        verdict: int | None,
+        step: int,
+        wall_time: float,
+        before: tuple[int, float] | None = None,
+    ) -> str | None:
+        """Advance on one verdict (None: the condition could not judge this point).
+
+        `before`: the (step, wall time) of the series' previous point. A logged
+        point stands for the interval since that one (HF logs the mean loss of
+        its last 500 steps; a NaN gradient norm logged at step 1000 is what the
+        job had then, not a single step of it), so a streak that a point opens
+        is taken to have begun there, and a `for` in steps or seconds means
+        the same at every cadence: `for: 16 steps` waits 16 points when every
+        step is logged and none when the points are 500 steps apart. A `for`
+        in points counts points, whatever they span.
+        """
         if verdict is None:
             return None
         if verdict == HELD:
@@ -67,7 +83,10 @@ class Lifecycle:
             self.last_step, self.last_wall, self.quiet_points = step, wall_time, 0
             if self.phase == INACTIVE:
                 self.phase, self.level = PENDING, verdict
-                self.since_step, self.since_wall, self.active_points = step, wall_time, 1
+                self.since_step, self.since_wall = (
+                    before if before is not None else (step, wall_time)
+                )
+                self.active_points = 1
                 return FIRED if self._fire() else BECAME_PENDING
             if self.phase == PENDING:
                 self.active_points += 1

@@ -16,7 +16,7 @@ from array import array
 from collections import deque
 
 from trainsentry.rules.condition import RunView, axis, fmt, median
-from trainsentry.rules.model import ACTIVE, QUIET, Baseline, Pair, Plateau, Rise, Span
+from trainsentry.rules.model import ACTIVE, HELD, QUIET, Baseline, Pair, Plateau, Rise, Span
 from trainsentry.rules.packed import Packed
 from trainsentry.store.buffers import NO_SHRINK, cut_front
 
@@ -233,9 +233,14 @@ class RiseCondition:
     EWMA lags; but the moment the burst ends the raw loss is back down. So a
     fast EWMA (over a quarter of the span) is compared with the excursion's
     peak: once it has fallen `recovery` of the way from that peak towards the
-    best, the series is recovering and the verdict is quiet, which restarts
-    the rule's `for`. Divergence keeps setting new peaks, or holds a high
-    plateau, and stays active; the `for` then only has to outlast a burst.
+    best, the series is recovering and the verdict is held: a pending alert
+    is cancelled (its `for` restarts), but a firing one stays firing. Whether
+    a run has recovered is judged against where it was before the fault, its
+    best, not against the excursion's peak: a loss that diverged to 100× its
+    best and came down to 50× is still lost, and resolves only once its level
+    is back under `factor` × its best. Divergence keeps setting new peaks, or
+    holds a high plateau, and stays active; the `for` then only has to
+    outlast a burst.
     """
 
     __slots__ = (
@@ -286,7 +291,7 @@ class RiseCondition:
             self.peak = self.ewma
         recovery = self.spec.recovery
         recovering = recovery > 0 and self.fast < self.peak - recovery * (self.peak - self.best)
-        return QUIET if recovering else ACTIVE
+        return HELD if recovering else ACTIVE
 
     def evidence(self) -> str:
         ratio = self.ewma / self.best if self.best > 0 else math.nan
@@ -437,7 +442,9 @@ class PairCondition:
             parts.append(f"gap {fmt(self.value - self.other)} (limit {fmt(spec.gap_above)})")
         if spec.rise_from_best is not None and self.best:
             rise = (self.value - self.best) / abs(self.best)
-            parts.append(f"up {rise:.1%} from its best {fmt(self.best)} at step {self.best_step}")
+            # a blown-up loss is "×3e+14 its best", not a percentage of 17 digits
+            up = f"up {rise:.1%}" if rise < 10 else f"×{rise + 1:.3g}"
+            parts.append(f"{up} from its best {fmt(self.best)} at step {self.best_step}")
         if spec.other_fall_since_best is not None and self.other_at_best:
             fall = (self.other_at_best - self.other) / abs(self.other_at_best)
             parts.append(f"{name} down {fall:.1%} since then")

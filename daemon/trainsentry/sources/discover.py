@@ -87,9 +87,7 @@ def classify(name: str) -> str | None:
     return None
 
 
-def run_of(
-    directory: Path, root: Path, root_name: str, top: Path | None = None
-) -> tuple[str, str]:
+def run_of(directory: Path, root: Path, root_name: str, top: Path | None = None) -> tuple[str, str]:
     """(run id, tag prefix) for a log file's directory under `root`.
 
     `root_name` names files that sit directly in the root: `run ./logs` on a

@@ -16,14 +16,16 @@ from typing import Any
 from trainsentry.alert import Transition
 
 
-def format_text(t: Transition) -> str:
-    """One timeline line: when, where, what, and why."""
+def format_text(t: Transition, note: str = "") -> str:
+    """One timeline line: when, where, what, and why (and `note`, in brackets after it)."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t.wall_time)) if t.wall_time > 0 else "-"
     state = t.state.upper() if t.state != "firing" or not t.escalated_from else "ESCALATED"
     line = (
         f"{when}  {t.run}  step {t.step:>8}  {state:<9} {t.severity:<8} {t.rule}  "
         f"[{t.metric}]  {t.message}"
     )
+    if note:
+        line += f"  ({note})"
     if t.state == "firing" and t.runbook:
         line += f"\n{'':>20}runbook: {t.runbook}"
     return line

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry.alert import Transition
+from trainsentry.alert import AlertKey, Transition
 from trainsentry.sinks.alert_log import AlertLog
 from trainsentry.stop_signals import signals_deferred
 from trainsentry.terminal import render as console
@@ -40,6 +40,8 @@ class AlertPrinter:
         self._out = out
         self._rich = console.console_for(out) if console.is_rich(out) else None
         self._log = AlertLog(jsonl_path) if jsonl_path else None
+        # per run, the alerts shown firing and the first of them: the incident they make
+        self._open: dict[str, dict[AlertKey, tuple[str, int]]] = {}
 
     def __call__(
         self, transitions: list[Transition], told: frozenset[tuple[str, str, str]] = frozenset()
@@ -53,14 +55,33 @@ class AlertPrinter:
         self.hidden += len(transitions) - len(shown)
         if not shown:
             return
+        notes = [self._incident(t) for t in shown]
         with signals_deferred():
             if self._rich is not None:
-                console.print_alerts(self._rich, shown)
+                console.print_alerts(self._rich, shown, notes)
             else:
-                self._out.write("".join(format_text(t) + "\n" for t in shown))
+                text = "".join(format_text(t, n) + "\n" for t, n in zip(shown, notes, strict=True))
+                self._out.write(text)
                 self._out.flush()
             if self._log is not None:
                 self._log.append(shown)
+
+    def _incident(self, t: Transition) -> str:
+        """What a firing adds to its run's incident, as the receivers get it: a firing
+        while others of the run fire joins the incident they opened (the notifier sends
+        it as an update, not a page of its own)."""
+        run = self._open.setdefault(t.run, {})
+        if t.state == "resolved":
+            run.pop(t.key, None)
+            if not run:
+                del self._open[t.run]
+            return ""
+        others = [v for k, v in run.items() if k != t.key]
+        run.setdefault(t.key, (t.rule, t.step))
+        if not others or t.escalated_from:
+            return ""
+        rule, step = others[0]
+        return f"joins the incident opened by {rule} at step {step}"
 
     def close(self) -> None:
         if self._log is not None:

@@ -87,6 +87,7 @@ def transition_block(
     runbook: bool = True,
     when: str | None = None,
     width: int | None = None,
+    note: str = "",
 ) -> RenderableType:
     """One transition: when, then a head (state, severity, run, rule, metric, step) and why.
 
@@ -125,18 +126,23 @@ def transition_block(
     if resolved:
         return grid
     grid.add_row("", Text(t.message))
+    if note:
+        grid.add_row("", Text(note, style="dim italic"))
     if runbook and t.runbook:
         grid.add_row("", Text(f"runbook: {t.runbook}", style="dim"))
     return grid
 
 
-def print_alerts(console: Console, transitions: Iterable[Transition]) -> None:
+def print_alerts(
+    console: Console, transitions: Iterable[Transition], notes: Sequence[str] = ()
+) -> None:
     """`run`'s live transitions, written above the backfill bar if one is drawn."""
     with signals_deferred():
         if _bar is not None:
             _bar.clear_line()
-        for t in transitions:
-            console.print(transition_block(t, width=console.width))
+        for i, t in enumerate(transitions):
+            note = notes[i] if i < len(notes) else ""
+            console.print(transition_block(t, width=console.width, note=note))
         console.file.flush()
 
 

@@ -77,7 +77,7 @@ def test_a_firing_alert_is_re_sent_every_minute_and_its_resolve_ends_it(
     assert ts(resent["startsAt"]) == pytest.approx(start)
     assert ts(resent["endsAt"]) == pytest.approx(start + 120 + 240)
     h.advance(10)
-    h.notifier.submit([transition("resolved", step=140, reason="recovered")])
+    h.notifier.submit([transition("resolved", step=140, reason="run finished")])
     h.deliver()
     resolved = am.requests[3].json()[0]
     assert resolved["labels"] == am.requests[0].json()[0]["labels"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from support.notify_harness import T0, Harness, transition
 
-from trainsentry.alerts.grouping import backoff, rate_allowed_at
-from trainsentry.alerts.route import Route
+from trainsentry.alerts.grouping import FLAP_HOLD_SECONDS, backoff, rate_allowed_at
+from trainsentry.alerts.route import GROUP_INTERVAL_SECONDS, GROUP_WAIT_SECONDS, Route
 from trainsentry.point import Point
 from trainsentry.store import Store
 
@@ -80,7 +80,7 @@ def test_a_resolve_says_how_long_it_fired_its_peak_and_why(tmp_path: Path) -> No
             )
         ]
     )
-    h.deliver()
+    h.advance(FLAP_HOLD_SECONDS)  # told once it has stayed recovered
     resolved = h.sink().messages[-1]
     assert resolved.severity == "resolved"
     assert resolved.title == "[RESOLVED] exp1/seed0: loss_spike resolved (recovered)"
@@ -101,26 +101,65 @@ def test_a_resolve_states_no_peak_when_the_store_misses_the_start_of_the_firing(
     h.notifier.submit(
         [transition("resolved", "critical", step=103, wall_time=T0 + 180, reason="recovered")]
     )
-    h.deliver()
+    h.advance(FLAP_HOLD_SECONDS)
     resolved = h.sink().messages[-1]
     assert resolved.severity == "resolved" and "peak" not in resolved.body
 
 
-def test_a_flapping_run_is_held_back_by_the_rate_limit_and_then_sent_as_one(tmp_path: Path) -> None:
-    route = Route("apprise", "json://127.0.0.1:1/a", rate_limit=(2, 600.0))
-    h = Harness(tmp_path, route)
+def test_a_flapping_alert_is_one_alert_paged_once_and_resolved_once(tmp_path: Path) -> None:
+    """Resolved "recovered" and firing again a minute later, six times: the same alert."""
+    h = Harness(tmp_path)
     for i in range(6):
         h.notifier.submit([transition(severity="critical", step=100 + 2 * i)])
+        h.advance(30)
         h.notifier.submit(
             [transition("resolved", "critical", step=101 + 2 * i, reason="recovered")]
         )
-        h.advance(1)
-    assert len(h.sink().messages) == 2
-    h.advance(600)
+        h.advance(30)
+    assert [m.severity for m in h.sink().messages] == ["critical"]
+    h.advance(FLAP_HOLD_SECONDS)  # it stayed recovered: now it is told
+    assert [m.severity for m in h.sink().messages] == ["critical", "resolved"]
+    assert "step 111" in h.sink().messages[-1].body  # the last resolve, not the first
+
+
+def test_a_resolve_that_is_not_a_recovery_is_told_at_once(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity="critical")])
+    h.deliver()
+    h.notifier.submit([transition("resolved", "critical", step=101, reason="run finished")])
+    h.deliver()
+    assert [m.severity for m in h.sink().messages] == ["critical", "resolved"]
+
+
+def test_one_page_per_run_per_incident_later_criticals_join_it(tmp_path: Path) -> None:
+    """A learning-rate fault trips the step loss, the epoch loss and each layer's norm:
+    one page, then one update naming the rest, not a page each."""
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity="critical", rule="loss_divergence")])
+    h.deliver()
+    for i, rule in enumerate(("grad_norm_far_above_baseline", "loss_runaway", "loss_spike")):
+        h.advance(20)
+        h.notifier.submit([transition(severity="critical", rule=rule, step=110 + i)])
+    h.advance(20)
+    assert [m.alerts[0].alert.rule for m in h.sink().messages] == ["loss_divergence"]
+    h.advance(GROUP_INTERVAL_SECONDS)
+    pages = h.sink().messages
+    assert len(pages) == 2 and [a.alert.rule for a in pages[1].alerts] == [
+        "grad_norm_far_above_baseline", "loss_runaway", "loss_spike",
+    ]  # fmt: skip
+    other = transition(severity="critical", run="exp2/seed0")  # another run: its own page
+    h.notifier.submit([other])
+    h.deliver()
     assert len(h.sink().messages) == 3
-    assert len(h.sink().messages[-1].alerts) == 12 - sum(
-        len(m.alerts) for m in h.sink().messages[:2]
-    )
+
+
+def test_a_critical_after_warnings_of_its_run_is_the_page(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity="warning", rule="loss_plateau")])
+    h.advance(GROUP_WAIT_SECONDS)
+    h.notifier.submit([transition(severity="critical", rule="loss_divergence", step=150)])
+    h.deliver()
+    assert [m.severity for m in h.sink().messages] == ["warning", "critical"]
 
 
 def test_history_older_than_the_horizon_tells_no_one(tmp_path: Path) -> None:

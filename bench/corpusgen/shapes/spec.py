@@ -1,0 +1,107 @@
+"""What a framework-shape run is: its shape, its trap or fault, and when the fault acts.
+
+Steps are in each framework's own logged-step axis (HF and Keras count
+optimizer updates from 1, Lightning and the plain loops from 0), so
+`onset` and `crash_step` can be compared with the steps in the log files
+without conversion. A shape's loss is logged at the last step of each
+interval of `log_every` steps; onsets sit at the first step of an interval,
+so the next logged point is the first abnormal one and is wholly abnormal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FAULTS = ("divergence", "level_shift", "lr_jump", "nan", "frozen_layers", "slowdown")
+TRAPS = ("plain", "small_data_gap", "noisy_small_batch", "slow_finetune")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One framework with one default-logging configuration."""
+
+    framework: str  # "hf" | "lightning" | "keras" | "tb_tensor" | "tbx"
+    log_every: int  # steps between logged training-loss points
+    eval_every: int  # steps between evaluations
+    steps: int
+    step_base: int  # the step number of the first optimizer update
+    logger: str = ""  # Lightning: "tb" | "csv"
+    update_freq: str | int = "epoch"  # Keras TensorBoard callback
+    steps_per_epoch: int = 0  # Keras: batches per epoch (0: not epoch-structured)
+
+
+SHAPES: dict[str, Shape] = {
+    "hf500": Shape("hf", 500, 500, 7000, 1),
+    "hf10": Shape("hf", 10, 100, 1500, 1),
+    "lightning50_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb"),
+    "lightning50_csv": Shape("lightning", 50, 250, 2500, 0, logger="csv"),
+    "lightning1_tb": Shape("lightning", 1, 50, 600, 0, logger="tb"),
+    "lightning1_csv": Shape("lightning", 1, 50, 600, 0, logger="csv"),
+    "keras_epoch": Shape("keras", 50, 50, 2000, 1, update_freq="epoch", steps_per_epoch=50),
+    "keras_batch10": Shape("keras", 10, 50, 1500, 1, update_freq=10, steps_per_epoch=50),
+    "tb_tensor": Shape("tb_tensor", 25, 100, 1500, 0),
+    "tbx_tutorial_every": Shape("tbx", 1, 50, 600, 0),
+}
+
+
+@dataclass(frozen=True)
+class ShapeRun:
+    """One run of the framework-shapes corpus; `param`/`duration` mean what the fault says."""
+
+    name: str
+    shape: str
+    seed: int = 0
+    trap: str | None = None
+    fault: str | None = None
+    steps: int = 0
+    batch: int = 8
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    train_size: int = 4000
+    width: int = 64
+    onset: int | None = None
+    param: float = 0.0
+    duration: int = 0
+
+    @property
+    def spec(self) -> Shape:
+        return SHAPES[self.shape]
+
+
+def lr_factor(run: ShapeRun, step: int) -> float:
+    """The multiplier a learning-rate fault puts on the framework's own schedule."""
+    if run.onset is None or step < run.onset:
+        return 1.0
+    if run.fault in ("divergence", "lr_jump"):
+        return run.param
+    return 1.0
+
+
+def label_noise(run: ShapeRun, step: int) -> float:
+    """The share of a batch's labels a broken data pipeline replaces with random ones."""
+    if run.fault == "level_shift" and run.onset is not None and step >= run.onset:
+        return run.param
+    return 0.0
+
+
+def is_nan_step(run: ShapeRun, step: int) -> bool:
+    return run.fault == "nan" and step == run.onset
+
+
+def is_freeze_step(run: ShapeRun, step: int) -> bool:
+    return run.fault == "frozen_layers" and step == run.onset
+
+
+def is_slow_step(run: ShapeRun, step: int) -> bool:
+    if run.fault != "slowdown" or run.onset is None:
+        return False
+    return run.onset <= step < run.onset + run.duration
+
+
+def on_epoch_axis(epoch_axis: object, run: str, tag: str) -> bool:
+    """Whether a series counts epochs: Keras' epoch_* tags and its CSV (steps_per_epoch
+    steps each, the last of them numbered (epoch + 1) × steps_per_epoch)."""
+    if not isinstance(epoch_axis, dict):
+        return False
+    runs = epoch_axis.get("runs") or []
+    return run in runs or tag.rsplit("/", 1)[-1].startswith(str(epoch_axis.get("tag_prefix")))
