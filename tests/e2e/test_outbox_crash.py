@@ -21,7 +21,7 @@ SECRET = "s3cr3t-t0ken-9f8e7d"
 def start_daemon(tmp: Path, *notify: str) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "trainsentry", "run", str(tmp / "logs"), "-v"]
     args += ["--state-dir", str(tmp / "state"), "--rules", str(tmp / "rules.yaml")]
-    args += ["--alerts-jsonl", str(tmp / "alerts.jsonl")]
+    args += ["--alerts-jsonl", str(tmp / "alerts.jsonl"), "--group-interval", "0"]
     for url in notify:
         args += ["--notify", url]
     log = (tmp / "daemon.log").open("ab")

@@ -74,6 +74,7 @@ def test_a_full_state_disk_keeps_alerting_and_recovers_when_space_is_back(
         "--rules", str(tmp_path / "rules.yaml"),
         "--alerts-jsonl", str(alerts),
         "--notify", f"json://{receiver.url}/hook",
+        "--group-interval", "0",  # the resolve told at once
         "--http", "off",
         merge_stderr=True,
     )  # fmt: skip

@@ -20,10 +20,12 @@ run's first critical has been told to a receiver, its later criticals (the
 epoch loss after the step loss, every layer's norm after the total) join that
 incident: they leave together at most every `group_interval`, as an update,
 not as pages of their own; warnings after any told alert of the run do the
-same. A resolve for "recovered" is held a group interval (`FLAP_HOLD_SECONDS`
-by default) before it is told: if the alert fires again meanwhile it was one
-alert all along (flap damping), and neither the resolve nor the re-fire is
-sent; a resolve for any other reason (run finished, deleted) is told at once.
+same. A resolve for "recovered" is held the route's group interval before it
+is told: if the alert fires again meanwhile it was one alert all along (flap
+damping), and neither the resolve nor the re-fire is sent; a resolve for any
+other reason (run finished, deleted) is told at once, and so is any resolve
+to a route without a group interval (Alertmanager, which groups by itself;
+such a route is told the re-fire too).
 
 Every function takes `now`: the delivery workers and the tests pass the clock
 in, so nothing here sleeps or reads the time.
@@ -39,8 +41,6 @@ from typing import Any
 from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition
 from trainsentry.alerts.route import Route
 
-# A recovered alert that fires again within this long never resolved (flap damping).
-FLAP_HOLD_SECONDS = 300.0
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 300.0  # an endpoint down for a day is retried every ~5 minutes
 
@@ -97,6 +97,7 @@ class Firing:
     resolving: list[Any] | None = None  # the outbox entries, written at `resolve_at`
     resolve_at: float = 0.0
     told_severity: str = ""  # the highest severity its receivers were told
+    resolved_to: frozenset[str] = frozenset()  # receivers told the held resolve at once
 
     def notice(self, kind: NoticeKind, now: float, actions: tuple[str, ...] = ()) -> Notice:
         """What a firing or a repeat of this alert tells its receivers."""

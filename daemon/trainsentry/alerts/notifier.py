@@ -25,7 +25,7 @@ from typing import Any
 from trainsentry.actions.stop_file import stop_file_path, write_stop_file
 from trainsentry.alert import Command, Notice, Transition
 from trainsentry.alerts.dispatch import Lane
-from trainsentry.alerts.grouping import FLAP_HOLD_SECONDS, Firing, FiringBook, due_time
+from trainsentry.alerts.grouping import Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
 from trainsentry.alerts.message import link_for
 from trainsentry.alerts.outbox import Entry, Outbox
@@ -97,7 +97,6 @@ class Notifier:
         since: float = -math.inf,
         link_template: str | None = None,
         control_dir: Path | None = None,
-        flap_hold: float = FLAP_HOLD_SECONDS,
         clock: Callable[[], float] = time.time,
         sinks: dict[str, Sink] | None = None,
     ) -> None:
@@ -112,7 +111,6 @@ class Notifier:
         self.since = since
         self.link_template = link_template
         self.control_dir = control_dir
-        self.flap_hold = flap_hold
         self._clock = clock
         sinks = sinks or {}
         self.lanes = {
@@ -186,12 +184,15 @@ class Notifier:
         now = self._clock()
         before = self.book.get(t.key)
         flapped = before is not None and before.resolving is not None
+        resolved_to: frozenset[str] = frozenset()
         if flapped and before is not None:  # fired again within the hold: it never resolved
-            before.resolving = None
+            before.resolving, resolved_to = None, before.resolved_to
+            before.resolved_to = frozenset()
         entry = self.book.fire(t, now, shown)
         if not shown:
             return
-        if flapped and (t.severity != "critical" or entry.told_severity == "critical"):
+        escalated = t.severity == "critical" and entry.told_severity != "critical"
+        if flapped and not escalated and not resolved_to:
             return  # the same alert, still firing as its receivers were told
         rule = self._rule_of(t.rule)
         first = before is None or not before.shown
@@ -211,6 +212,8 @@ class Notifier:
         for route in self.routes:
             if route.kind == "command" or not route.accepts(t.severity, t.labels):
                 continue
+            if flapped and not escalated and route.receiver not in resolved_to:
+                continue  # its resolve was held: to it, the alert never stopped firing
             key = notification_key(t, route.receiver, "firing")
             joins = self.book.joins(t.run, route.receiver, t.key, critical)
             due = due_time(route, t.severity, now, joins)
@@ -228,7 +231,9 @@ class Notifier:
             return
         now = self._clock()
         peak, peak_step = self._peak(entry, t)
-        told: list[Entry] = []
+        held: list[Entry] = []
+        hold = 0.0
+        told_at_once: list[str] = []
         notice = Notice(
             t, "resolved", now, since=entry.since, reason=t.reason, link=entry.link,
             duration=self._duration(entry, t, now), peak=peak, peak_step=peak_step,
@@ -239,12 +244,19 @@ class Notifier:
                 continue
             key = notification_key(t, receiver, "resolved")
             due = due_time(route, t.severity, now)
-            told.append(Entry(key, receiver, t.run, t.severity, notice, due))
-        if t.reason == "recovered" and self.flap_hold > 0:  # told once it stays recovered
-            entry.resolving, entry.resolve_at = told, now + self.flap_hold
+            told = Entry(key, receiver, t.run, t.severity, notice, due)
+            # "recovered" is told once it has stayed so a group interval (flap damping)
+            if t.reason == "recovered" and route.group_interval > 0:
+                held.append(told)
+                hold = max(hold, route.group_interval)
+            else:
+                entries.append(told)
+                told_at_once.append(receiver)
+        if held:
+            entry.resolving, entry.resolve_at = held, now + hold
+            entry.resolved_to = frozenset(told_at_once)
         else:
             self.book.resolve(t.key)
-            entries.extend(told)
 
     def _enqueue(self, entries: list[Entry]) -> None:
         if not entries:

@@ -26,17 +26,19 @@ class OtherSeries:
     compared by its level, not by whichever batch happened to be last.
     """
 
-    __slots__ = ("ewma", "step", "value")
+    __slots__ = ("before", "ewma", "step", "value")
 
     def __init__(self, spans: frozenset[int]) -> None:
         self.step = 0
         self.value = math.nan
         self.ewma: dict[int, float] = dict.fromkeys(spans, math.nan)
+        self.before = dict(self.ewma)  # the levels before the latest value: what it jumped from
 
     def push(self, step: int, value: float) -> None:
         if not math.isfinite(value):
             return
         self.step, self.value = step, value
+        self.before.update(self.ewma)
         for span, old in self.ewma.items():
             alpha = 2.0 / (span + 1.0)
             self.ewma[span] = value if math.isnan(old) else old + alpha * (value - old)

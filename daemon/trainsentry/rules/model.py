@@ -138,6 +138,8 @@ class Pair:
     rise_from_best: float | None = None  # this above its own best by this fraction
     other_fall_since_best: float | None = None  # while the other fell by this fraction
     other_smoothing: int = 10  # EWMA span (points) of the other series
+    jump_from_max: float | None = None  # this over the highest of its earlier values
+    other_jump: float | None = None  # the other's latest value over its level before it
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,9 @@ class Baseline:
     learn: Span
     skip: Span = Span(0.0, "points")
     rolling: bool = False
+    # judge from this many points of the first baseline, before `learn` are in: a run
+    # that logs a point an epoch must not wait `learn` epochs to be judged at all
+    min_points: int | None = None
     z_above: float | None = None
     z_below: float | None = None
     ratio_above: float | None = None

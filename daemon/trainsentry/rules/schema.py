@@ -91,11 +91,16 @@ class PairSpec(Strict):
     rise_from_best: float | None = Field(None, ge=0)
     other_fall_since_best: float | None = Field(None, ge=0)
     other_smoothing: Count = 10
+    jump_from_max: float | None = Field(None, gt=1)
+    other_jump: float | None = Field(None, gt=1)
 
     @model_validator(mode="after")
     def _has_test(self) -> PairSpec:
-        if self.ratio_above is None and self.gap_above is None and self.rise_from_best is None:
-            raise ValueError("a pair needs `ratio_above`, `gap_above` or `rise_from_best`")
+        own = (self.ratio_above, self.gap_above, self.rise_from_best, self.jump_from_max)
+        if all(t is None for t in own):
+            raise ValueError(
+                "a pair needs `ratio_above`, `gap_above`, `rise_from_best` or `jump_from_max`"
+            )
         return self
 
 
@@ -103,6 +108,7 @@ class BaselineSpec(Strict):
     learn: SpanField
     skip: SpanField = m.Span(0.0, "points")
     rolling: bool = False
+    min_points: int | None = Field(None, ge=3)
     z_above: float | None = None
     z_below: float | None = None
     ratio_above: Positive | None = None
@@ -119,6 +125,8 @@ class BaselineSpec(Strict):
             )
         if self.learn.unit != "points":
             raise ValueError("`learn` is counted in points, e.g. `200 points`")
+        if self.min_points is not None and self.min_points > self.learn.amount:
+            raise ValueError("`min_points` is at most `learn`: the points of the first baseline")
         return self
 
 

@@ -307,8 +307,11 @@ class BaselineCondition(Packed):
 
     The baseline is learned once from the first `learn` points after `skip`
     (initial transients), or, with `rolling`, refreshed from the last `learn`
-    points every learn/8 points. MAD has a floor of 0.1 % of the median so a
-    flat baseline does not turn every wiggle into a huge z.
+    points every learn/8 points. With `min_points`, judging starts once that
+    many are in, on the baseline of the points there are, relearned with each
+    new one until `learn` are in: a run logging once an epoch is judged within
+    a few epochs. MAD has a floor of 0.1 % of the median so a flat baseline
+    does not turn every wiggle into a huge z.
     """
 
     __slots__ = ("count", "mad", "med", "ring", "since_refresh", "spec", "value", "z")
@@ -349,7 +352,10 @@ class BaselineCondition(Packed):
             self.ring.append(value)
             self.since_refresh += 1
             full = len(self.ring) == self.ring.maxlen
-            if full and (not learned or self.since_refresh >= max(1, len(self.ring) // 8)):
+            early = not full and len(self.ring) >= (self.spec.min_points or math.inf)
+            if (full or early) and (
+                not learned or early or self.since_refresh >= max(1, len(self.ring) // 8)
+            ):
                 self._learn()
         if math.isnan(self.med):
             return None
@@ -390,17 +396,29 @@ class PairCondition:
     validation loss many times larger. The rule reads this series (usually
     `val_loss`) and looks up the other one's smoothed level in the same run.
     All configured tests must hold (AND); write two rules for OR.
+
+    Jumps are the other use: a learning rate far above any it had while the
+    loss of the same record leaps above its level before it. Two independent
+    signals agreeing on one point can page at once where one alone could be
+    an odd batch or a deliberate change; the alert then holds while the
+    series stays above its highest before the jump.
     """
 
-    __slots__ = ("best", "best_step", "other", "other_at_best", "spec", "value")
+    __slots__ = (
+        "best", "best_step", "other", "other_at_best", "other_before", "peak", "peak_before",
+        "spec", "value",
+    )  # fmt: skip
 
     def __init__(self, spec: Pair) -> None:
         self.spec = spec
         self.value = math.nan
         self.other = math.nan
+        self.other_before = math.nan
         self.best = math.nan
         self.best_step = 0
         self.other_at_best = math.nan
+        self.peak = math.nan  # the highest value so far
+        self.peak_before = math.nan  # ... before the latest
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if not math.isfinite(value):
@@ -409,11 +427,23 @@ class PairCondition:
         if series is None or math.isnan(series.value):
             return None
         other = series.ewma.get(self.spec.other_smoothing, series.value)
-        self.value, self.other = value, other
         spec = self.spec
+        # While a jump lasts its values are not the series' normal: the highest before
+        # the jump stays the mark, and the alert holds until the series is back under it.
+        peak = self.peak_before = self.peak
+        jumped = spec.jump_from_max is not None and peak > 0 and value > spec.jump_from_max * peak
+        if not jumped:
+            self.peak = value if math.isnan(peak) else max(peak, value)
+        if spec.other_jump is not None:  # the other's own latest value, not its level
+            other = series.value
+            self.other_before = series.before.get(spec.other_smoothing, math.nan)
+        self.value, self.other = value, other
         if math.isnan(self.best) or value < self.best:
             self.best, self.best_step, self.other_at_best = value, step, other
+        before = self.other_before
         checks = [
+            (spec.jump_from_max, jumped),
+            (spec.other_jump, before > 0 and other > (spec.other_jump or 0) * before),
             (spec.ratio_above, other > 0 and value / other > (spec.ratio_above or 0)),
             (spec.gap_above, value - other > (spec.gap_above or 0)),
             (spec.other_below, other < (spec.other_below or 0)),
@@ -430,11 +460,19 @@ class PairCondition:
                 and other < self.other_at_best,
             ),
         ]
-        return ACTIVE if all(hit for limit, hit in checks if limit is not None) else QUIET
+        if all(hit for limit, hit in checks if limit is not None):
+            return ACTIVE
+        return HELD if jumped else QUIET
 
     def evidence(self) -> str:
         spec, name = self.spec, self.spec.other
         parts = [f"is {fmt(self.value)} while {name} is {fmt(self.other)}"]
+        if spec.jump_from_max is not None and self.peak_before > 0:
+            ratio, peak = self.value / self.peak_before, fmt(self.peak_before)
+            parts.append(f"×{ratio:.3g} the highest it had before ({peak})")
+        if spec.other_jump is not None and self.other_before > 0:
+            ratio = self.other / self.other_before
+            parts.append(f"{name} ×{ratio:.3g} its level before ({fmt(self.other_before)})")
         if spec.ratio_above is not None and self.other > 0:
             ratio = self.value / self.other
             parts.append(f"a ratio of ×{ratio:.3g} (limit ×{fmt(spec.ratio_above)})")

@@ -102,7 +102,6 @@ class Service:
             link_template=config.link_template,
             control_dir=config.control_dir.absolute() if config.control_dir else None,
             # a recovery is told once it has held as long as an incident's updates wait
-            flap_hold=config.group_interval,
         )
         sinks = [self._evaluate, self._print_points] if verbose >= 2 else [self._evaluate]
         self.memory = AlertMemory(self, lambda: self.daemon.stats.relearned)

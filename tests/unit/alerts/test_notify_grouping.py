@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support.notify_harness import T0, Harness, transition
 
-from trainsentry.alerts.grouping import FLAP_HOLD_SECONDS, backoff, rate_allowed_at
+from trainsentry.alerts.grouping import backoff, rate_allowed_at
 from trainsentry.alerts.route import GROUP_INTERVAL_SECONDS, GROUP_WAIT_SECONDS, Route
 from trainsentry.point import Point
 from trainsentry.store import Store
@@ -80,7 +80,7 @@ def test_a_resolve_says_how_long_it_fired_its_peak_and_why(tmp_path: Path) -> No
             )
         ]
     )
-    h.advance(FLAP_HOLD_SECONDS)  # told once it has stayed recovered
+    h.advance(GROUP_INTERVAL_SECONDS)  # told once it has stayed recovered
     resolved = h.sink().messages[-1]
     assert resolved.severity == "resolved"
     assert resolved.title == "[RESOLVED] exp1/seed0: loss_spike resolved (recovered)"
@@ -101,7 +101,7 @@ def test_a_resolve_states_no_peak_when_the_store_misses_the_start_of_the_firing(
     h.notifier.submit(
         [transition("resolved", "critical", step=103, wall_time=T0 + 180, reason="recovered")]
     )
-    h.advance(FLAP_HOLD_SECONDS)
+    h.advance(GROUP_INTERVAL_SECONDS)
     resolved = h.sink().messages[-1]
     assert resolved.severity == "resolved" and "peak" not in resolved.body
 
@@ -117,9 +117,30 @@ def test_a_flapping_alert_is_one_alert_paged_once_and_resolved_once(tmp_path: Pa
         )
         h.advance(30)
     assert [m.severity for m in h.sink().messages] == ["critical"]
-    h.advance(FLAP_HOLD_SECONDS)  # it stayed recovered: now it is told
+    h.advance(GROUP_INTERVAL_SECONDS)  # it stayed recovered: now it is told
     assert [m.severity for m in h.sink().messages] == ["critical", "resolved"]
     assert "step 111" in h.sink().messages[-1].body  # the last resolve, not the first
+
+
+def test_a_route_without_a_group_interval_is_told_the_resolve_and_the_re_fire(
+    tmp_path: Path,
+) -> None:
+    """Alertmanager groups by itself: it gets every transition, the pager is damped."""
+    pager = Route("apprise", "json://127.0.0.1:1/pager")
+    direct = Route("apprise", "json://127.0.0.1:1/direct", group_interval=0.0)
+    h = Harness(tmp_path, pager, direct)
+    h.notifier.submit([transition(severity="critical", step=100)])
+    h.deliver()
+    h.notifier.submit([transition("resolved", "critical", step=101, reason="recovered")])
+    h.deliver()
+    h.notifier.submit([transition(severity="critical", step=102)])
+    h.deliver()
+    assert [m.severity for m in h.sink(0).messages] == ["critical"]
+    assert [m.severity for m in h.sink(1).messages] == ["critical", "resolved", "critical"]
+    h.notifier.submit([transition("resolved", "critical", step=103, reason="recovered")])
+    h.advance(GROUP_INTERVAL_SECONDS)
+    assert [m.severity for m in h.sink(0).messages] == ["critical", "resolved"]
+    assert [m.severity for m in h.sink(1).messages][-1] == "resolved"
 
 
 def test_a_resolve_that_is_not_a_recovery_is_told_at_once(tmp_path: Path) -> None:

@@ -102,6 +102,24 @@ def fault_loss_runaway(run: Series) -> None:
     after(run["train/loss"], lambda d, v: v * 4 ** min(d / 5, 100))  # ×4 per logged point
 
 
+def fault_level_shift(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: 5 * v)  # a resume with the lr ×10: worse for good
+
+
+def fault_epoch_level_shift(run: Series) -> None:
+    """A custom loop's per-epoch mean (an epoch every 200 steps), ×5 from the onset."""
+    run["train/epoch_loss"] = [
+        [s, WALL0 + 0.5 * s, (5 if s >= ONSET else 1) * (0.5 + 2.5 * math.exp(-s / 2000))]
+        for s in range(200, 8001, 200)
+    ]
+
+
+def fault_lr_jump(run: Series) -> None:
+    """A scheduler bug: the lr ×10⁴ at one step, and the loss of that record ×40."""
+    after(run["train/learning_rate"], lambda d, v: 10.0)
+    after(run["train/loss"], lambda d, v: 40 * v if d == 0 else math.nan)
+
+
 def fault_loss_plateau(run: Series) -> None:
     level = 0.5 + 2.5 * math.exp(-ONSET / 2000)
     after(run["train/loss"], lambda d, v: level * (1 + random.Random(d).gauss(0, 0.08)))
@@ -171,6 +189,9 @@ FAULTS = {
     "loss_divergence": fault_loss_divergence,
     "loss_runaway": fault_loss_runaway,
     "loss_plateau": fault_loss_plateau,
+    "loss_level_shift": fault_level_shift,
+    "epoch_loss_level_shift": fault_epoch_level_shift,
+    "lr_jump": fault_lr_jump,
     "val_loss_stagnation": fault_val_stagnation,
     "overfitting": fault_overfitting,
     "overfitting_severe": fault_memorising,
