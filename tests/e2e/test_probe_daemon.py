@@ -28,9 +28,16 @@ def mlp() -> nn.Sequential:
     )
 
 
-def run(logdir: Path, steps: int, explode_from: int | None = None, **options: object) -> None:
+def run(
+    logdir: Path,
+    steps: int,
+    explode_from: int | None = None,
+    freeze_at: int | None = None,
+    **options: object,
+) -> None:
     """Trains with the probe; from `explode_from` on, layer "2"'s gradient grows ×1.5
-    per step (as when one layer's attention logits run away), the others stay normal."""
+    per step (as when one layer's attention logits run away), the others stay normal;
+    at `freeze_at` layer "2" is frozen (requires_grad off, as a freeze schedule does)."""
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
@@ -46,6 +53,8 @@ def run(logdir: Path, steps: int, explode_from: int | None = None, **options: ob
     with trainsentry_probe.watch(model, opt, logdir, **options) as probe:
         for step in range(steps):
             state["step"] = step
+            if step == freeze_at:
+                model[2].requires_grad_(False)
             x, y = torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)
             per_sample = F.cross_entropy(model(x), y, reduction="none")
             loss = per_sample.mean()
@@ -86,29 +95,34 @@ def test_the_daemon_reads_every_probe_value_and_skips_the_meta_record(tmp_path: 
     } - canonical == set()
 
 
+def replayed(logdir: Path) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "replay", str(logdir), "--rules", RULES,
+         "--format", "jsonl"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def test_a_layer_frozen_mid_run_is_noticed_when_its_gradients_stop(tmp_path: Path) -> None:
+    """The probe writes a layer's norm only while it has a gradient: frozen at step 1000,
+    layer "2" falls silent while the others go on, and the pack says so 1000 steps on."""
+    logdir = tmp_path / "frozen"
+    run(logdir, 2400, freeze_at=1000)  # the probe's default cadence: layers every 100 steps
+    firing = [a for a in replayed(logdir) if a["state"] == "firing"]
+    stopped = [a for a in firing if a["rule"] == "layer_gradients_stopped"]
+    assert [a["metric"] for a in stopped] == ["probe/grad_norm/2"], firing
+    assert 1900 < int(str(stopped[0]["step"])) <= 2100
+    assert "no point since step 900" in str(stopped[0]["message"])
+
+
 def test_the_default_pack_fires_on_one_exploding_layer_of_a_probe_only_run(
     tmp_path: Path,
 ) -> None:
     logdir = tmp_path / "diverging"
     run(logdir, 320, explode_from=280, layer_every=4, sample_every=0)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainsentry",
-            "replay",
-            str(logdir),
-            "--rules",
-            RULES,
-            "--format",
-            "jsonl",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    alerts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    alerts = replayed(logdir)
     firing = [a for a in alerts if a["state"] == "firing"]
     layer = [a for a in firing if a["rule"] == "layer_grad_norm_far_above_baseline"]
     assert layer, [(a["rule"], a["metric"], a["step"]) for a in firing]

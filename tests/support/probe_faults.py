@@ -16,6 +16,7 @@ Series = dict[str, list[list[float]]]  # tag -> [[step, wall, value], ...]
 PROBE_RULES = (
     "layer_grad_norm_non_finite",
     "layer_grad_norm_far_above_baseline",
+    "layer_gradients_stopped",
     "grad_concentration_high",
     "dead_units",
     "update_ratio_exploding",
@@ -30,6 +31,11 @@ def after(rows: list[list[float]], fn: Callable[[float, float], float]) -> None:
             row[2] = fn(row[0] - ONSET, row[2])
 
 
+def frozen(run: Series, tag: str) -> None:
+    """The layer gets no gradient from ONSET on: the probe writes nothing for it."""
+    run[tag] = [row for row in run[tag] if row[0] < ONSET]
+
+
 FAULTS: dict[str, Callable[[Series], None]] = {
     "layer_grad_norm_non_finite": lambda run: after(
         run["probe/grad_norm/blocks.0.attn"], lambda d, v: math.nan
@@ -37,6 +43,7 @@ FAULTS: dict[str, Callable[[Series], None]] = {
     "layer_grad_norm_far_above_baseline": lambda run: after(
         run["probe/grad_norm/blocks.0.attn"], lambda d, v: v * 1.5 ** (d / 100)
     ),
+    "layer_gradients_stopped": lambda run: frozen(run, "probe/grad_norm/blocks.0.attn"),
     "grad_concentration_high": lambda run: after(
         run["probe/grad_concentration"], lambda d, v: 300.0
     ),

@@ -24,7 +24,7 @@ import math
 from collections import deque
 
 from trainsentry.rules.condition import RunView, fmt, median
-from trainsentry.rules.model import ACTIVE, QUIET, NoData, Throughput
+from trainsentry.rules.model import ACTIVE, QUIET, NoData, Stale, Throughput
 from trainsentry.rules.packed import Packed
 
 
@@ -209,4 +209,48 @@ class NoDataClock(Packed):
             f"no new data for {_duration(self.wait)} after step {self.last_step} "
             f"({basis}; at least {_duration(self.spec.min_silence)}); "
             f"the job may be hung, dead or finished"
+        )
+
+
+class StaleCondition:
+    """One series that stops while its run goes on: a layer that no longer gets gradients.
+
+    A frozen layer (or one cut off by a detached tensor) has no gradient, so
+    the probe and per-layer loggers write nothing for it: no value to judge,
+    only an absence. Its own points teach the series' pace; the engine asks
+    `deadline()` for the run step past which the silence is suspicious and,
+    when the run's other series get there, fires on the run's step. Judged on
+    steps, not time, so an evaluation pause is not a silence; a point of the
+    series itself is quiet, and resolves it.
+    """
+
+    __slots__ = ("intervals", "last", "now", "spec")
+
+    def __init__(self, spec: Stale) -> None:
+        self.spec = spec
+        self.intervals: deque[int] = deque(maxlen=9)
+        self.last: int | None = None
+        self.now = 0  # the run's step when it was last found stale
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if self.last is not None and step > self.last:
+            self.intervals.append(step - self.last)
+        self.last = step
+        return QUIET
+
+    def typical(self) -> float:
+        return median(self.intervals) if len(self.intervals) >= self.spec.learn else math.nan
+
+    def deadline(self) -> float:
+        """The run step past which this series is stale (inf: too few intervals yet)."""
+        typical = self.typical()
+        if self.last is None or math.isnan(typical):
+            return math.inf
+        return self.last + max(self.spec.factor * typical, self.spec.min_steps)
+
+    def evidence(self) -> str:
+        return (
+            f"has had no point since step {self.last} while its run went on to step "
+            f"{self.now} (it came every {fmt(self.typical())} steps): no longer written, "
+            f"as for a layer that gets no gradient"
         )

@@ -21,6 +21,7 @@ again while its lifecycle still fires), it fires again. Firing only by its
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from trainsentry.alert import Severity, State, Transition
 from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
-from trainsentry.rules.clock import NoDataClock, ThroughputCondition
+from trainsentry.rules.clock import NoDataClock, StaleCondition, ThroughputCondition
 from trainsentry.rules.condition import Evaluator, OtherSeries, fmt
 from trainsentry.rules.lifecycle import (
     ESCALATED,
@@ -70,6 +71,7 @@ _FACTORIES: dict[type, Any] = {
     m.Growth: GrowthCondition,
     m.Spike: SpikeCondition,
     m.NoData: NoDataClock,
+    m.Stale: StaleCondition,
 }
 
 
@@ -120,6 +122,9 @@ class _Run:
     marked: tuple[m.Rule, ...] = ()
     marked_step: int = 0
     marked_wall: float = math.nan
+    # (run step, n, alert): when a `stale` series of this run becomes suspicious; a heap
+    stale: list[tuple[float, int, Alert]] = field(default_factory=list)
+    stale_pushed: int = 0
 
     def other(self, canonical: str) -> OtherSeries | None:
         return self.others.get(canonical)
@@ -134,6 +139,7 @@ class _Binding:
     # run's clocks and step. Most of a fleet's series are such (everything is
     # logged, a few are judged).
     idle: bool
+    stale: bool = False  # a `stale` rule watches the tag: its deadline is kept by its run
 
 
 # Per row shape: (position, clock rules to move, None) or (position, (), binding to judge).
@@ -186,6 +192,7 @@ class Engine:
             run.alerts = [a for a in run.alerts if a.rule in keep]
             run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
         for run in self._runs.values():
+            run.stale.clear()  # deadlines of the old alerts; the new ones push theirs
             for tag, alerts in run.series.items():
                 binding = self._bindings.get(tag) or self._bind(tag)
                 kept = {a.rule: a for a in alerts if a.rule in keep}
@@ -207,7 +214,8 @@ class Engine:
         idle = not series and canonical not in self._other_spans
         # one tuple per distinct set of clock rules: _feed compares them by identity
         clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))
-        binding = _Binding(canonical, tuple(series), clock_rules, idle)
+        stale = any(isinstance(rule.condition, m.Stale) for rule in series)
+        binding = _Binding(canonical, tuple(series), clock_rules, idle, stale)
         self._bindings[tag] = binding
         return binding
 
@@ -252,6 +260,8 @@ class Engine:
             if plan is None:
                 plan = self._plan(tags)
             run.last_step, run.last_wall = step, wall
+            if run.stale and run.stale[0][0] < step:
+                self._check_stale(run, step, wall, out)
             for i, clocks, binding in plan:
                 if binding is not None:
                     self._judge(run, binding, tags[i], step, wall, values[i], out)
@@ -323,6 +333,36 @@ class Engine:
                 self._reconcile(run, alert, step, wall, "recovered", out)
             elif alert.shown is None and alert.holding and alert.lifecycle.firing:
                 self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
+        if binding.stale:
+            self._watch_stale(run, alerts)
+
+    # --- silence of one series while its run goes on ---
+
+    def _watch_stale(self, run: _Run, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            condition = alert.condition
+            if isinstance(condition, StaleCondition):
+                due = condition.deadline()
+                if due < math.inf:
+                    run.stale_pushed += 1
+                    heapq.heappush(run.stale, (due, run.stale_pushed, alert))
+
+    def _check_stale(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
+        """The run passed deadlines of `stale` series: those not written since are stale.
+
+        A series pushes a deadline with each of its points, so most entries are
+        outdated by a later point by the time the run reaches them; only one that
+        is still the series' own deadline fires.
+        """
+        while run.stale and run.stale[0][0] < step:
+            due, _, alert = heapq.heappop(run.stale)
+            condition: StaleCondition = alert.condition
+            if condition.deadline() != due or alert.lifecycle.firing:
+                continue
+            condition.now = step
+            alert.holding = True
+            if alert.lifecycle.observe(m.ACTIVE, step, wall, None) in (FIRED, ESCALATED):
+                self._reconcile(run, alert, step, wall, "", out)
 
     def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
         alert = Alert(

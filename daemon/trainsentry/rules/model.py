@@ -182,6 +182,13 @@ class NoData:
 
 
 @dataclass(frozen=True, slots=True)
+class Stale:
+    factor: float = 10.0  # the run went on this many of the series' typical intervals
+    min_steps: int = 0  # and at least this many steps past the series' last point
+    learn: int = 3  # intervals of the series seen before it is judged
+
+
+@dataclass(frozen=True, slots=True)
 class Growth:
     window: Span
     min_growth: float = 4.0  # fitted growth factor over the window
@@ -221,7 +228,17 @@ class Action:
 
 
 Condition = (
-    NonFinite | Threshold | Plateau | Rise | Pair | Baseline | Throughput | NoData | Growth | Spike
+    NonFinite
+    | Threshold
+    | Plateau
+    | Rise
+    | Pair
+    | Baseline
+    | Throughput
+    | NoData
+    | Stale
+    | Growth
+    | Spike
 )
 
 

@@ -153,6 +153,12 @@ class ThroughputSpec(Strict):
         return self
 
 
+class StaleSpec(Strict):
+    factor: float = Field(10.0, gt=1)
+    min_steps: int = Field(0, ge=0)
+    learn: Count = 3
+
+
 class NoDataSpec(Strict):
     factor: float = Field(20.0, gt=1)
     min_silence: SpanField = m.Span(900.0, "seconds")
@@ -213,6 +219,7 @@ CONDITIONS: dict[str, type[Strict]] = {
     "baseline": BaselineSpec,
     "throughput": ThroughputSpec,
     "no_data": NoDataSpec,
+    "stale": StaleSpec,
     "growth": GrowthSpec,
     "spike": SpikeSpec,
 }
@@ -251,6 +258,7 @@ class RuleSpec(Strict):
     baseline: BaselineSpec | None = None
     throughput: ThroughputSpec | None = None
     no_data: NoDataSpec | None = None
+    stale: StaleSpec | None = None
     growth: GrowthSpec | None = None
     spike: SpikeSpec | None = None
 
@@ -346,6 +354,7 @@ _DATACLASSES: dict[str, Any] = {
     "baseline": m.Baseline,
     "throughput": m.Throughput,
     "no_data": m.NoData,
+    "stale": m.Stale,
     "growth": m.Growth,
     "spike": m.Spike,
 }

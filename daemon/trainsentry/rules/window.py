@@ -233,7 +233,9 @@ class RiseCondition:
     EWMA lags; but the moment the burst ends the raw loss is back down. So a
     fast EWMA (over a quarter of the span) is compared with the excursion's
     peak: once it has fallen `recovery` of the way from that peak towards the
-    best, the series is recovering and the verdict is held: a pending alert
+    best, and the median of the last three values is back under the alarm
+    line (a loss that overshot and settled far above its best is not coming
+    back), the series is recovering and the verdict is held: a pending alert
     is cancelled (its `for` restarts), but a firing one stays firing. Whether
     a run has recovered is judged against where it was before the fault, its
     best, not against the excursion's peak: a loss that diverged to 100× its
@@ -252,6 +254,7 @@ class RiseCondition:
         "fast",
         "fast_alpha",
         "peak",
+        "recent",
         "spec",
     )
 
@@ -265,6 +268,7 @@ class RiseCondition:
         self.best_step = 0
         self.count = 0
         self.peak = math.nan  # highest smoothed level of the current excursion
+        self.recent: deque[float] = deque(maxlen=3)
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if math.isnan(value):
@@ -272,6 +276,7 @@ class RiseCondition:
         if math.isinf(value):
             value = math.copysign(1e300, value)  # an infinite loss diverged; keep the sums finite
         self.count += 1
+        self.recent.append(value)
         if math.isnan(self.ewma):
             self.ewma = self.fast = value
         else:
@@ -290,7 +295,16 @@ class RiseCondition:
         if math.isnan(self.peak) or self.ewma > self.peak:
             self.peak = self.ewma
         recovery = self.spec.recovery
-        recovering = recovery > 0 and self.fast < self.peak - recovery * (self.peak - self.best)
+        # coming back down, and the last three values (their median: one noisy batch
+        # is not a level) already under the alarm line: a level that fell from its
+        # peak but stays far above the best has not recovered
+        rise_now = median(self.recent) - self.best
+        back = (
+            rise_now <= (self.spec.factor - 1.0) * abs(self.best) or rise_now <= self.spec.min_delta
+        )
+        recovering = (
+            recovery > 0 and self.fast < self.peak - recovery * (self.peak - self.best) and back
+        )
         return HELD if recovering else ACTIVE
 
     def evidence(self) -> str:
