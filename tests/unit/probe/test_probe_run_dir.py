@@ -169,6 +169,9 @@ transformers.Trainer(
     train_dataset=[{"input_ids": t, "labels": t} for t in tokens],
     callbacks=[TrainsentryCallback(all_ranks=True)],
 ).train()
+# gloo's threads outlive an exit that skips this, and may abort the process on the way out
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
 """
 
 

@@ -368,7 +368,7 @@ def test_an_engine_saved_and_restored_mid_run_judges_the_rest_as_one_that_never_
     pts: list[Point] = []
     wall = 1_700_000_000.0
     for step in range(600):
-        wall += 1.0 if step < 450 else 4.0  # steps slow down late: throughput
+        wall += 1.0 if step < 350 else 4.0  # steps slow down late: throughput
         loss = 2.0 / (1 + step / 50) + rng.random() * 0.05
         if step == 300:
             loss *= 8  # a spike
