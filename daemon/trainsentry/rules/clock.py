@@ -114,7 +114,9 @@ class ThroughputCondition(Packed):
         spec = self.spec
         self.now = median(self.recent) if spec.recent > 1 else per_step
         slow = self.now > spec.slowdown * self.baseline
-        if spec.min_gap and per_step * self.steps < spec.min_gap:
+        # the time lost in this interval: what its steps took beyond the baseline pace,
+        # the same measure whether they are 1 step apart or 500
+        if spec.min_gap and (per_step - self.baseline) * self.steps < spec.min_gap:
             return QUIET
         return ACTIVE if slow and self.now - self.baseline >= spec.min_increase else QUIET
 

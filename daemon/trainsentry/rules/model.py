@@ -169,7 +169,8 @@ class Throughput:
     # baseline: ×3 of a 3 ms step is scheduler jitter, not a slowdown anyone notices
     min_increase: float = 0.0
     # clock only: and the latest interval between two stamps at least this many seconds
-    # long — with `recent: 1`, one pause between logged steps, however many steps it spans
+    # longer than its steps take at the baseline pace — with `recent: 1`, one pause
+    # between logged steps, however many steps it spans
     min_gap: float = 0.0
 
 
