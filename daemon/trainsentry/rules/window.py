@@ -321,11 +321,13 @@ class BaselineCondition(Packed):
 
     The baseline is learned once from the first `learn` points after `skip`
     (initial transients), or, with `rolling`, refreshed from the last `learn`
-    points every learn/8 points. With `min_points`, judging starts once that
-    many are in, on the baseline of the points there are, relearned with each
-    new one until `learn` are in: a run logging once an epoch is judged within
-    a few epochs. MAD has a floor of 0.1 % of the median so a flat baseline
-    does not turn every wiggle into a huge z.
+    points every learn/8 points (at least every 2: two sorts a point would be
+    most of a small ring's cost, and a baseline is no worse a point late).
+    With `min_points`, judging starts once that many are in, on the baseline
+    of the points there are, relearned with each new one until `learn` are
+    in: a run logging once an epoch is judged within a few epochs. MAD has a
+    floor of 0.1 % of the median so a flat baseline does not turn every
+    wiggle into a huge z.
     """
 
     __slots__ = ("count", "mad", "med", "ring", "since_refresh", "spec", "value", "z")
@@ -368,7 +370,7 @@ class BaselineCondition(Packed):
             full = len(self.ring) == self.ring.maxlen
             early = not full and len(self.ring) >= (self.spec.min_points or math.inf)
             if (full or early) and (
-                not learned or early or self.since_refresh >= max(1, len(self.ring) // 8)
+                not learned or early or self.since_refresh >= max(2, len(self.ring) // 8)
             ):
                 self._learn()
         if math.isnan(self.med):
@@ -448,6 +450,9 @@ class PairCondition:
         jumped = spec.jump_from_max is not None and peak > 0 and value > spec.jump_from_max * peak
         if not jumped:
             self.peak = value if math.isnan(peak) else max(peak, value)
+            if spec.jump_from_max is not None:
+                self.value = value
+                return QUIET  # the test every jump rule needs failed: the common case, cheaply
         if spec.other_jump is not None:  # the other's own latest value, not its level
             other = series.value
             self.other_before = series.before.get(spec.other_smoothing, math.nan)
