@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trainsentry.point import Point
 from trainsentry.sources.discover import LogFile, roots
-from trainsentry.sources.tail import FileTail
+from trainsentry.sources.following import follow
 
 
 def iter_batches(
@@ -66,7 +66,7 @@ def _logs(paths: Iterable[str | Path]) -> Iterator[LogFile]:
 
 
 def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
-    tail = FileTail(log)
+    tail = follow(log)
     try:
         while True:
             got = tail.read()
