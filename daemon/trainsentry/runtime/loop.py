@@ -33,6 +33,7 @@ from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
+from trainsentry.sources.survey import nothing_readable
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -126,6 +127,7 @@ class Daemon:
         self._caught_up: set[str] = set()
         self._dirs_by_root: dict[Path, int] = {}
         self._tails: dict[str, Tail] = {}
+        self.nothing_readable: tuple[str, ...] = ()  # a line per root with no log read
         self.access = AccessProblems()  # unreadable paths, said once each
         self._refused: set[str] = set()  # files named like logs that are none, said once
         self._files_of: dict[str, int] = {}  # run → files followed of it
@@ -264,7 +266,24 @@ class Daemon:
         self.stats.directories = sum(self._dirs_by_root.values())
         self._check_watches()
         self._relinked = set(self._tails)  # a sweep looks at every path
-        return self._read(set(self._tails))
+        delivered = self._read(set(self._tails))
+        self._survey()
+        return delivered
+
+    def _survey(self) -> None:
+        """Name each root that holds no log read (survey.py), said when that changes."""
+        said = set(self.nothing_readable)
+        now: list[str] = []
+        for root in self.roots:
+            top = str(root.top)
+            mine = [t for k, t in self._tails.items() if k == top or k.startswith(top + os.sep)]
+            if any(getattr(t, "not_a_store", None) is None for t in mine):
+                continue
+            now.append(nothing_readable(root.top, [t.log for t in mine]))
+        for line in now:
+            if line not in said:
+                log.warning("%s", line)
+        self.nothing_readable = tuple(now)
 
     def _check_watches(self) -> None:
         """Poll the native roots when the kernel holds fewer watches than they have directories.

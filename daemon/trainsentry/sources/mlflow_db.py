@@ -28,6 +28,7 @@ import math
 import os
 import sqlite3
 from collections import defaultdict
+from pathlib import Path
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Shapes
@@ -47,6 +48,21 @@ class NotAStore(Exception):
 def _run_id(store: str, experiment: str, name: str, uuid: str) -> str:
     experiment = (experiment or "experiment").replace("/", "_")
     return f"{store}/{experiment}/{(name or 'run').replace('/', '_')}-{uuid[:8]}"
+
+
+def store_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a SQLite file is not read as an MLflow store; None when it is one (or is
+    only locked or damaged now: its tail says so and reads what it can)."""
+    tail = MlflowDbTail(LogFile(Path(path), "mlflow_db", "", ""))
+    try:
+        tail._connect()
+    except NotAStore as exc:
+        return str(exc)
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        tail.close()
+    return None
 
 
 class MlflowDbTail:
@@ -154,8 +170,10 @@ class MlflowDbTail:
             try:
                 columns = {r[1] for r in conn.execute("PRAGMA table_info(metrics)")}
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            except sqlite3.DatabaseError:
+            except sqlite3.DatabaseError as exc:
                 conn.close()
+                if "not a database" in str(exc):  # no SQLite header: garbage, or another file
+                    raise NotAStore("not a SQLite database") from None
                 raise
             if not columns or "experiments" not in tables:
                 conn.close()
