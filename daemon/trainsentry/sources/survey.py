@@ -47,8 +47,9 @@ def found_under(top: Path, logs: Iterable[LogFile] = ()) -> str:
                 break
     if not kinds:
         return "no files"
-    shown = [f"{n} {kind}" for kind, n in kinds.most_common(SHOWN_KINDS)]
-    rest = sum(kinds.values()) - sum(n for _, n in kinds.most_common(SHOWN_KINDS))
+    ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_KINDS]
+    shown = [f"{n} {kind}" for kind, n in ranked]
+    rest = sum(kinds.values()) - sum(n for _, n in ranked)
     if rest:
         shown.append(f"{rest} other")
     what = ", ".join(shown) + (" file" if sum(kinds.values()) == 1 else " files")
