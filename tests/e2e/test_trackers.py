@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +147,27 @@ def test_a_tracker_followed_live_gives_the_points_and_alerts_of_its_replay(
     by_run_live = sorted((f"logs/{t.run}", *c) for t, c in zip(live, comparable(live), strict=True))
     by_run_replay = sorted((t.run, *c) for t, c in zip(replayed, comparable(replayed), strict=True))
     assert by_run_live == by_run_replay
+
+
+def test_a_locked_store_beside_another_run_is_said_once_and_the_other_run_is_read(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    root = tmp_path / "logs"
+    (root / "jsonl-run").mkdir(parents=True)
+    (root / "jsonl-run" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    shutil.copy(stores["mlflow-sqlite"] / "mlflow.db", root / "mlflow.db")
+    writer = sqlite3.connect(root / "mlflow.db", isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        got = dump(root)
+    finally:
+        writer.close()
+    assert got.returncode == 0
+    assert [(r, t, v) for r, t, _, _, v in as_tuples(got.stdout)] == [
+        ("logs/jsonl-run", "loss", 0.5)
+    ]
+    assert got.stderr.splitlines() == [
+        f"trainsentry: skipped {root / 'mlflow.db'}: locked by a writer: "
+        "read again at its next change",
+        "trainsentry: 1 corrupt record(s) skipped",
+    ]

@@ -130,9 +130,10 @@ class MlflowDbTail:
             return out
         except sqlite3.OperationalError as exc:
             self.close()
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if "locked" in str(exc) or "busy" in str(exc):
+                self._say(out, f"{self.path}: locked by a writer: read again at its next change")
+            else:
                 self._say(out, f"{self.path}: {exc}: tried again at the next change")
-            # locked: a writer holds it; tried again at its next change or sweep
             self._deliver(out, rows)
             return out
         except sqlite3.DatabaseError as exc:  # not a database, malformed, truncated

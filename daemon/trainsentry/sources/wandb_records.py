@@ -178,6 +178,9 @@ class WandbDecoder:
             elif kind == FIRST:
                 parts = [body]
                 continue
+            elif not parts:  # the rest of a record lost with a damaged block: dropped
+                committed = i
+                continue
             elif kind == MIDDLE:
                 parts.append(body)
                 continue
