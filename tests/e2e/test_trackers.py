@@ -9,11 +9,16 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.daemon_process import DaemonProcess
 from support.live_follow import follow_job
+from support.ports import free_port
 from support.trackers import expected, mlflow_points, start_job, write_all
+from support.waiting import wait_until
 
 from trainsentry.alert import Transition
 from trainsentry.backtest.replay import replay_transitions
@@ -171,3 +176,37 @@ def test_a_locked_store_beside_another_run_is_said_once_and_the_other_run_is_rea
         "read again at its next change",
         "trainsentry: 1 corrupt record(s) skipped",
     ]
+
+
+def test_run_names_a_watched_path_with_no_readable_log_at_start_in_api_runs_and_status(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "logs"
+    root.mkdir()
+    (root / "notes.txt").write_text("hello")
+    port = free_port()
+    daemon = DaemonProcess(
+        str(root), "--state-dir", str(tmp_path / "state"), "--http", f"127.0.0.1:{port}",
+        merge_stderr=True,
+    )  # fmt: skip
+    line = f"no readable logs under {root}; found 1 .txt file"
+    try:
+        daemon.wait_for_text(line)
+        wait_until(lambda: api(port, "/api/runs")["nothing_readable"] == [line], "the API names it")
+        status = subprocess.run(
+            [sys.executable, "-m", "trainsentry", "status", "--address", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert line in status.stdout.splitlines()
+        (root / "run1").mkdir()
+        (root / "run1" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+        wait_until(lambda: api(port, "/api/runs")["nothing_readable"] == [], "read at last")
+    finally:
+        daemon.stop()
+
+
+def api(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+        return json.loads(resp.read())

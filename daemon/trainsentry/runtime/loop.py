@@ -356,6 +356,8 @@ class Daemon:
                     self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
+                    if self.nothing_readable:  # a root said to hold nothing may hold this
+                        self._survey()
         return walked
 
     def _room_for(self, run: str) -> bool:
