@@ -11,9 +11,10 @@ Decoded here rather than through wandb itself: wandb 0.31 ships no Python
 reader of this file (its datastore moved into the Go `wandb-core`), and
 importing the wandb package costs a second and a thread pool, pulls in its
 settings machinery and is network-minded, none of which a daemon that tails
-hundreds of files should carry. Only the few fields needed are read, by a
-small protobuf wire-format walk: unknown fields are skipped as protobuf itself
-does, so a newer writer's additions do not break reading. The tests check this
+hundreds of files should carry. Only the few fields needed are declared, in a
+protobuf class built here from W&B's field numbers (`Record`): protobuf (a
+dependency already, for TensorBoard) parses them in C and skips every other
+field as unknown, so a newer writer's additions do not break reading. The tests check this
 decoder against files written by the real `wandb` package in offline mode.
 
 A damaged record (bad checksum, impossible length) costs the rest of its block,
@@ -28,7 +29,7 @@ import struct
 import zlib
 from typing import Any
 
-import orjson
+from google.protobuf.message import DecodeError as DecodeProtoError
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Shapes
@@ -38,74 +39,64 @@ HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 HEADER_LEN = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _FRAME = struct.Struct("<IHB")
-_DOUBLE = struct.Struct("<d")
 _TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(256)]
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, i
-        shift += 7
-        if shift > 70:
-            raise ValueError("varint too long")
+def _record_class() -> Any:
+    """The part of `wandb_internal.Record` read here, as a protobuf class built at import.
+
+    Built from a descriptor, not from wandb's generated module: the field numbers
+    and types are W&B's (wandb/proto/wandb_internal.proto), the parsing protobuf's
+    own C code, and every field not declared here is skipped as unknown.
+    """
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    f = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="trainsentry/wandb_record.proto", package="trainsentry_wandb", syntax="proto3"
+    )
+
+    def message(name: str, *fields: tuple[str, int, int, int, str]) -> Any:
+        msg = proto.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            field = msg.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = type_name
+        return msg
+
+    one, many = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+    message("HistoryStep", ("num", 1, f.TYPE_INT64, one, ""))
+    item = message(
+        "HistoryItem",
+        ("key", 1, f.TYPE_STRING, one, ""),
+        ("nested_key", 2, f.TYPE_STRING, many, ""),
+        ("integer", 5, f.TYPE_SINT64, one, ""),
+        ("number", 6, f.TYPE_DOUBLE, one, ""),
+        ("value_json", 16, f.TYPE_STRING, one, ""),
+    )
+    item.oneof_decl.add(name="value")
+    item.field[2].oneof_index = item.field[3].oneof_index = 0
+    message(
+        "HistoryRecord",
+        ("item", 1, f.TYPE_MESSAGE, many, ".trainsentry_wandb.HistoryItem"),
+        ("step", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryStep"),
+    )
+    message("Record", ("history", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryRecord"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trainsentry_wandb.Record"))
 
 
-def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
-    """(field number, wire type, value) of a message: bytes for length-delimited fields."""
-    out: list[tuple[int, int, Any]] = []
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        value: Any
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i : i + 8], i + 8
-        elif wire == 2:
-            size, i = _varint(buf, i)
-            value, i = buf[i : i + size], i + size
-        elif wire == 5:
-            value, i = buf[i : i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        if i > n:
-            raise ValueError("field runs past its message")
-        out.append((number, wire, value))
-    return out
+Record = _record_class()
 
 
-def _item(buf: bytes) -> tuple[str, float | None]:
-    """A HistoryItem's key (nested keys joined by '/') and its number, if it is one."""
-    key, nested, value = "", [], None
-    for number, wire, raw in _fields(buf):
-        if number == 1 and wire == 2:
-            key = raw.decode("utf-8", "replace")
-        elif number == 2 and wire == 2:
-            nested.append(raw.decode("utf-8", "replace"))
-        elif number == 5 and wire == 0:  # sint64, zigzag
-            value = float((raw >> 1) ^ -(raw & 1))
-        elif number == 6 and wire == 1:
-            value = _DOUBLE.unpack(raw)[0]
-        elif number == 16 and wire == 2:
-            value = _json_number(raw)
-    return "/".join(nested) if nested else key, value
-
-
-def _json_number(raw: bytes) -> float | None:
+def _json_number(raw: str) -> float | None:
+    """A value_json that is a number: float() reads JSON's numbers and the NaN and
+    Infinity that W&B writes for non-finite values; strings, bools, objects are None."""
     try:
-        got = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        text = raw.strip().strip(b'"')  # NaN / Infinity as wandb writes them
-        return {b"NaN": math.nan, b"Infinity": math.inf, b"-Infinity": -math.inf}.get(text)
-    if isinstance(got, bool) or not isinstance(got, int | float):
+        return float(raw)
+    except ValueError:
         return None
-    return float(got)
 
 
 class WandbDecoder:
@@ -204,33 +195,39 @@ class WandbDecoder:
         return i + left
 
     def _record(self, out: Decoded, record: bytes, offset: int, file_time: float) -> None:
+        parsed = Record()
         try:
-            history = [v for number, wire, v in _fields(record) if number == 2 and wire == 2]
-            if not history:
-                return
-            step: int | None = None
-            wall = file_time
-            tags: list[str] = []
-            values: list[float] = []
-            for number, wire, value in _fields(history[0]):
-                if number == 2 and wire == 2:
-                    for num, w, v in _fields(value):
-                        if num == 1 and w == 0:
-                            step = v - (1 << 64) if v >= 1 << 63 else v
-                elif number == 1 and wire == 2:
-                    key, got = _item(value)
-                    if got is None:
-                        continue
-                    if key == "_step":
-                        step = int(got) if step is None and math.isfinite(got) else step
-                    elif key == "_timestamp":
-                        wall = got
-                    elif not key.startswith("_"):
-                        tags.append(key)
-                        values.append(got)
-        except (ValueError, IndexError, struct.error):
+            parsed.ParseFromString(record)
+        except DecodeProtoError:
             out.errors.append(DecodeError(offset, "a W&B record that is no protobuf: skipped"))
             return
+        if not parsed.HasField("history"):
+            return
+        history = parsed.history
+        step: int | None = history.step.num if history.HasField("step") else None
+        wall = file_time
+        tags: list[str] = []
+        values: list[float] = []
+        for item in history.item:
+            key = item.key or "/".join(item.nested_key)
+            which = item.WhichOneof("value")
+            if which == "number":
+                value: float | None = item.number
+            elif which == "integer":
+                value = float(item.integer)
+            elif item.value_json:
+                value = _json_number(item.value_json)
+            else:
+                continue
+            if value is None:
+                continue
+            if key == "_step":
+                step = int(value) if step is None and math.isfinite(value) else step
+            elif key == "_timestamp":
+                wall = value
+            elif not key.startswith("_"):
+                tags.append(key)
+                values.append(value)
         if tags:
             out.rows.append(Row(step or 0, wall, self._shapes(tuple(tags)), tuple(values)))
 

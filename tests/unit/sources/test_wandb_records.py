@@ -49,7 +49,7 @@ def test_the_history_rows_of_a_real_run_are_its_logged_steps(run_file: bytes) ->
 def test_a_file_fed_in_small_pieces_gives_the_rows_of_the_whole(run_file: bytes) -> None:
     whole = feed(run_file, len(run_file))[0]
     for chunk in (7, 1000, BLOCK - 3):
-        assert feed(run_file, chunk)[0] == whole
+        assert repr(feed(run_file, chunk)[0]) == repr(whole)  # repr: NaN equals NaN
 
 
 def test_a_partial_last_record_is_waited_for(run_file: bytes) -> None:
@@ -69,7 +69,7 @@ def test_a_damaged_record_costs_its_block_with_one_error(run_file: bytes) -> Non
     assert len(errors) == 1 and "skipped to the next 32 KiB block" in errors[0].message
     assert consumed == len(run_file)
     assert 0 < len(rows) < len(whole)
-    assert rows[-1] == whole[-1]
+    assert repr(rows[-1]) == repr(whole[-1])
 
 
 def test_a_file_of_a_newer_format_version_is_said_once_and_not_read(run_file: bytes) -> None:
