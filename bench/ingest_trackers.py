@@ -11,7 +11,7 @@ Both are measured in the same run, on the same files, and the ratio printed:
   over the same record framing: wandb 0.31 ships no Python reader of its run
   file, so its generated protobuf parser is the tracker's own part of reading it.
 
-    python bench/ingest_trackers.py            # 400,000 MLflow points, 100,000 W&B rows
+    python bench/ingest_trackers.py            # 1,600,000 MLflow points, 400,000 W&B points
     python bench/ingest_trackers.py --quick    # a tenth
 
 Files are cached under bench/.cache/ (git-ignored).
