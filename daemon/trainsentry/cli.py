@@ -82,6 +82,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     paths = _existing(args.paths)
     out = sys.stdout
     errors = 0
+    on_empty, empty = _empty_paths()
 
     def on_error(msg: str) -> None:
         nonlocal errors
@@ -91,16 +92,32 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.format == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["run", "tag", "step", "wall_time", "value"])
-        for batch in iter_batches(paths, on_error):
+        for batch in iter_batches(paths, on_error, on_empty):
             writer.writerows(batch)
     else:
         dumps = json.dumps
-        for batch in iter_batches(paths, on_error):
+        for batch in iter_batches(paths, on_error, on_empty):
             out.write("".join(dumps(p.as_dict()) + "\n" for p in batch))
     out.flush()
     if errors:
         print(f"trainsentry: {errors} corrupt record(s) skipped", file=sys.stderr)
-    return 0
+    return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
+
+
+# The exit status of `dump` and `replay` when no path given holds a log they read: a
+# script must not take that for a run with nothing to say (commands.md).
+NOTHING_READABLE = 3
+
+
+def _empty_paths() -> tuple[Callable[[str], None], list[str]]:
+    """A callback that says a path holds nothing readable, and the list it fills."""
+    empty: list[str] = []
+
+    def on_empty(msg: str) -> None:
+        empty.append(msg)
+        print(f"trainsentry: {msg}", file=sys.stderr)
+
+    return on_empty, empty
 
 
 def _refused(errors: Sequence[str], where: str) -> UsageError:
@@ -162,6 +179,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     paths = _existing(args.paths)
     rules = _load_rules(args.rules)
 
+    on_empty, empty = _empty_paths()
+
     def on_error(msg: str) -> None:
         print(f"trainsentry: skipped {msg}", file=sys.stderr)
 
@@ -172,7 +191,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         compare = _load_rules(args.compare_rules) if args.compare_rules else None
         text = build_report(
-            iter_points(paths, on_error),
+            iter_points(paths, on_error, on_empty),
             rules,
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
@@ -182,8 +201,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")
         return 0
-    replay(iter_points(paths, on_error), rules, out=sys.stdout, fmt=args.format, order="input")
-    return 0
+    replay(
+        iter_points(paths, on_error, on_empty),
+        rules,
+        out=sys.stdout,
+        fmt=args.format,
+        order="input",
+    )
+    return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 
 
 def _run_config(args: argparse.Namespace) -> Config:
@@ -294,11 +319,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as exc:
         raise UsageError(str(exc)) from None
     from trainsentry.terminal import render as console
-    from trainsentry.terminal.plain import given_up, loaded, render_status
+    from trainsentry.terminal.plain import given_up, loaded, nothing_readable, render_status
 
     if console.is_rich(sys.stdout):
         screen = console.console_for(sys.stdout)
         console.print_status(screen, *loaded(runs, alerts), dropped=given_up(alerts))
+        for line in nothing_readable(runs):
+            screen.print(line, style="yellow", markup=False, highlight=False)
     else:
         print(render_status(runs, alerts))
     return 0

@@ -9,16 +9,13 @@ import time
 from pathlib import Path
 
 from support.daemon_process import live_alerts, replayed_alerts
+from support.live_follow import follow_job
 from support.paths import SUPPORT
 
 from trainsentry.alert import Transition
 from trainsentry.backtest.replay import replay_transitions
-from trainsentry.point import Point, Row, points_of
-from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
-from trainsentry.runtime.loop import Daemon
 from trainsentry.sources.reading import iter_points
-from trainsentry.state.db import StateDB
 
 
 def comparable(ts: list[Transition]) -> list[tuple]:
@@ -28,28 +25,15 @@ def comparable(ts: list[Transition]) -> list[tuple]:
 def test_live_run_and_replay_produce_the_same_transitions(tmp_path: Path) -> None:
     root = tmp_path / "logs"
     root.mkdir()
-    engine = Engine(load_rules())
-    live: list[Transition] = []
-    got: list[Point] = []
-
-    def evaluate(run: str, rows: list[Row]) -> None:
-        got.extend(points_of(run, rows))
-        live.extend(engine.feed_rows(run, rows))
-
-    daemon = Daemon([root], StateDB(tmp_path / "state.db"), [evaluate])
-    daemon.start()
-    job = subprocess.Popen(
-        [sys.executable, str(SUPPORT / "train_proc.py"), str(root / "run1"), "600", "200"],
-        stdout=subprocess.DEVNULL,
+    job, _, live = follow_job(
+        root,
+        tmp_path / "state.db",
+        lambda: subprocess.Popen(
+            [sys.executable, str(SUPPORT / "train_proc.py"), str(root / "run1"), "600", "200"],
+            stdout=subprocess.DEVNULL,
+        ),
     )
-    try:
-        while job.poll() is None:
-            daemon.cycle(timeout=0.2)
-        daemon.sweep()  # whatever the last events left unread
-    finally:
-        daemon.close()
     assert job.returncode == 0
-    live.extend(engine.finish_all())
 
     replayed = replay_transitions(iter_points([root]), load_rules(), order="input")
     # run ids differ by contract: live is relative to the root, replay to its parent

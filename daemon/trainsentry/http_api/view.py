@@ -58,7 +58,10 @@ class DaemonSnapshot:
     state_save_seconds: float = 0.0
     state_bytes: int = 0
     runs: tuple[RunStatus, ...] = ()
-    alerts: tuple[Transition, ...] = field(default=())  # firing now, as Engine.firing() reads
+    alerts: tuple[Transition, ...] = field(default=())
+    nothing_readable: tuple[
+        str, ...
+    ] = ()  # a line per watched path with no log read  # firing now, as Engine.firing() reads
 
     @classmethod
     def capture(
@@ -74,6 +77,7 @@ class DaemonSnapshot:
         names_cut: int = 0,
         runs_refused: int = 0,
         now: float | None = None,
+        nothing_readable: Sequence[str] = (),
     ) -> DaemonSnapshot:
         """From the loop's `Stats` (points, records skipped), the restart's `SaveStats`
         (alert-state snapshots; None when nothing is saved) and the rest."""
@@ -96,6 +100,7 @@ class DaemonSnapshot:
             state_bytes=int(saves.bytes) if saves else 0,
             runs=tuple(runs),
             alerts=tuple(firing),
+            nothing_readable=tuple(nothing_readable),
         )
 
 
@@ -221,7 +226,8 @@ def _finite(value: float) -> float | None:
 
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
-    """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing}]}`."""
+    """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing}],
+    "nothing_readable": [a line per watched path that holds no log read]}`."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -249,7 +255,7 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
                 "firing": alerts,
             }
         )
-    return {"now": now, "runs": runs}
+    return {"now": now, "runs": runs, "nothing_readable": list(snapshot.nothing_readable)}
 
 
 def alerts_document(

@@ -28,6 +28,8 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "train_loss",  # Lightning self.log("train_loss")
         "train_loss_step",  # Lightning on_step=True, on_epoch=True
         "train_loss_epoch",  # ... and its epoch mean, as Keras' epoch_loss below
+        "train/loss_step",  # Lightning self.log("train/loss", on_step, on_epoch) to W&B/MLflow
+        "train/loss_epoch",
         "Loss/train",  # PyTorch tutorial
         "train/batch_loss",  # Keras, update_freq="batch"
         "batch_loss",
@@ -51,6 +53,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "valid/loss",
         "validation/loss",
         "val_loss_epoch",  # Lightning on_step=True, on_epoch=True in validation_step
+        "val/loss_epoch",  # ... logged as "val/loss", as W&B users name it
         "probe/val_loss",
     ),
     "grad_norm": (

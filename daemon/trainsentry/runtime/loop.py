@@ -30,9 +30,10 @@ from pathlib import Path
 from trainsentry.point import Row
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
-from trainsentry.sources.discover import LogFile, classify, roots
+from trainsentry.sources.discover import LogFile, is_log, roots, store_of
+from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
-from trainsentry.sources.tail import FileTail
+from trainsentry.sources.survey import nothing_readable
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -125,7 +126,8 @@ class Daemon:
         self._backfill_points = 0
         self._caught_up: set[str] = set()
         self._dirs_by_root: dict[Path, int] = {}
-        self._tails: dict[str, FileTail] = {}
+        self._tails: dict[str, Tail] = {}
+        self.nothing_readable: tuple[str, ...] = ()  # a line per root with no log read
         self.access = AccessProblems()  # unreadable paths, said once each
         self._refused: set[str] = set()  # files named like logs that are none, said once
         self._files_of: dict[str, int] = {}  # run → files followed of it
@@ -148,7 +150,7 @@ class Daemon:
         # of the path. The others are read through their handle alone (FileTail.read).
         self._relinked: set[str] = set()
         self._relearners: set[str] = set()  # files made to relearn; some may be done
-        self._unsaved: dict[str, FileTail] = {}  # read since the last commit
+        self._unsaved: dict[str, Tail] = {}  # read since the last commit
         self._next_commit = 0.0
         self._last_sweep = 0.0
         self._cycle_began = 0.0
@@ -166,7 +168,7 @@ class Daemon:
             self._watcher.watch([r.top for r in self.roots])
         self.sweep()
         if self.restart is not None:  # runs deleted, or no longer watched, while it was down
-            self.restart.memory.keep_only({t.log.run for t in self._tails.values()})
+            self.restart.memory.keep_only({r for t in self._tails.values() for r in t.runs})
 
     def run_forever(self) -> None:
         self.start()
@@ -251,7 +253,9 @@ class Daemon:
         for f in changes.files:
             if f in self._tails:
                 self._pending.add(f)
-            elif classify(os.path.basename(f)) and os.path.isfile(f):
+            elif (db := store_of(f)) is not None and db in self._tails:
+                self._pending.add(db)  # a SQLite store changes through its journal or WAL
+            elif is_log(f) and os.path.isfile(f):
                 self._discover(Path(f))
         return self._read(self._pending)
 
@@ -262,7 +266,24 @@ class Daemon:
         self.stats.directories = sum(self._dirs_by_root.values())
         self._check_watches()
         self._relinked = set(self._tails)  # a sweep looks at every path
-        return self._read(set(self._tails))
+        delivered = self._read(set(self._tails))
+        self._survey()
+        return delivered
+
+    def _survey(self) -> None:
+        """Name each root that holds no log read (survey.py), said when that changes."""
+        said = set(self.nothing_readable)
+        now: list[str] = []
+        for root in self.roots:
+            top = str(root.top)
+            mine = [t for k, t in self._tails.items() if k == top or k.startswith(top + os.sep)]
+            if any(getattr(t, "not_a_store", None) is None for t in mine):
+                continue
+            now.append(nothing_readable(root.top, [t.log for t in mine]))
+        for line in now:
+            if line not in said:
+                log.warning("%s", line)
+        self.nothing_readable = tuple(now)
 
     def _check_watches(self) -> None:
         """Poll the native roots when the kernel holds fewer watches than they have directories.
@@ -335,6 +356,8 @@ class Daemon:
                     self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
+                    if self.nothing_readable:  # a root said to hold nothing may hold this
+                        self._survey()
         return walked
 
     def _room_for(self, run: str) -> bool:
@@ -353,15 +376,15 @@ class Daemon:
                 )
         return False
 
-    def _follow(self, found: LogFile) -> FileTail:
+    def _follow(self, found: LogFile) -> Tail:
         """A tail resuming where the last process stopped, relearning what the state lacks."""
         key = str(found.path)
         committed = self._checkpoints.pop(key, None)
         start = self.restart.relearn_from(committed) if self.restart is not None else None
         if start is None:
-            return FileTail(found, committed)
+            return follow(found, committed)
         self._relearners.add(key)
-        return FileTail(found, committed, relearn_from=start)
+        return follow(found, committed, relearn_from=start)
 
     def _read(self, keys: set[str]) -> int:
         """Read each file, hand its points on at once, then commit all offsets.
@@ -403,13 +426,14 @@ class Daemon:
                 self.stats.skipped_records += 1
                 self._on_error(err)
             points = 0
-            if got.rows:
-                points = sum(map(len, map(_VALUES, got.rows)))
+            if got.rows or got.others:
+                points = sum(len(r[3]) for _, rows in got.batches() for r in rows)
                 log.info("read %d points from %s", points, key)
                 delivered += points
                 self.stats.points += points
-                for sink in self.sinks:
-                    sink(got.run, got.rows)
+                for run, rows in got.batches():
+                    for sink in self.sinks:
+                        sink(run, rows)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -465,7 +489,7 @@ class Daemon:
 
     def _release(self, keys: list[str]) -> None:
         """Forget deleted files; a run with no file left is released downstream."""
-        runs = {self._tails[k].log.run for k in keys}
+        runs = {r for k in keys for r in self._tails[k].runs}
         for k in keys:
             run = self._tails[k].log.run
             left = self._files_of.get(run, 1) - 1
@@ -481,7 +505,7 @@ class Daemon:
         self.state.forget_offsets(keys)
         if self.restart is not None:
             self.restart.released()
-        alive = {t.log.run for t in self._tails.values()}
+        alive = {r for t in self._tails.values() for r in t.runs}
         for run in runs - alive:
             if self._on_release is not None:
                 self._on_release(run)
@@ -490,12 +514,12 @@ class Daemon:
 
     def run_files(self, run: str) -> list[Path]:
         """The log files followed for a run (for incident bundles)."""
-        return sorted(t.log.path for t in self._tails.values() if t.log.run == run)
+        return sorted(t.log.path for t in self._tails.values() if run in t.runs)
 
     def run_dir(self, run: str) -> Path | None:
         """The run's directory (where its stop file goes); None once it was released."""
         for tail in self._tails.values():
-            if tail.log.run == run:
+            if run in tail.runs:
                 directory = tail.log.path.parent
                 return directory.parent if tail.log.tag_prefix else directory
         return None

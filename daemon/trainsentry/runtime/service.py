@@ -200,6 +200,7 @@ class Service:
                 values_dropped=self.series_limit.dropped,
                 names_cut=names.cut_names,
                 runs_refused=self.daemon.stats.runs_refused,
+                nothing_readable=self.daemon.nothing_readable,
             )
         )
 

@@ -23,6 +23,8 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainsentry.sources.mlflow_files import metric_key, store_relative
+from trainsentry.sources.mlflow_files import run_name as mlflow_run_name
 from trainsentry.sources.names import safe_name
 
 # Keras' TensorBoard callback writes one event writer per split, in these directories
@@ -36,6 +38,11 @@ _NOT_EVENTS = (
     ".csv", ".log", ".sh", ".ipynb", ".html",
 )  # fmt: skip
 
+# Names a SQLite tracking store may have (MLflow's default is mlflow.db).
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+# What SQLite writes beside a database: a change to one is a change to the store.
+_SQLITE_COMPANIONS = ("-wal", "-journal")
+
 # Our own control files live here; never read as logs.
 CONTROL_DIR = ".trainsentry"
 
@@ -43,7 +50,7 @@ CONTROL_DIR = ".trainsentry"
 @dataclass(frozen=True, slots=True)
 class LogFile:
     path: Path
-    kind: str  # "tfevents" | "jsonl" | "csv"
+    kind: str  # "tfevents" | "jsonl" | "csv" | "wandb" | "mlflow_db" | "mlflow_metric"
     run: str
     tag_prefix: str
     inside: str = ""  # the resolved root it must stay in when opened; "" for any
@@ -82,8 +89,25 @@ def classify(name: str) -> str | None:
         return "jsonl"
     if name.endswith(".csv"):
         return "csv"
+    if name.endswith(".wandb") and name.startswith("run-"):
+        return "wandb"
+    if name.endswith(SQLITE_SUFFIXES):
+        return "mlflow_db"  # any sqlite:/// tracking URI; mlflow_db.py tells a store from others
     if "tfevents" in name and not name.endswith(_NOT_EVENTS):
         return "tfevents"
+    return None
+
+
+def is_log(path: str) -> bool:
+    """Whether a changed path may be a log (for the watcher's events; describe decides)."""
+    return classify(os.path.basename(path)) is not None or metric_key(Path(path)) is not None
+
+
+def store_of(path: str) -> str | None:
+    """The database a SQLite journal or WAL file belongs to; None for other files."""
+    for suffix in _SQLITE_COMPANIONS:
+        if path.endswith(suffix):
+            return path[: -len(suffix)]
     return None
 
 
@@ -141,9 +165,17 @@ class Root:
 
     def describe(self, path: Path) -> LogFile | None:
         kind = classify(path.name)
-        if kind is None or CONTROL_DIR in path.parts:
+        if CONTROL_DIR in path.parts:
             return None
         top = self.top if self.top.is_dir() else self.top.parent
+        if kind is None:
+            metric = metric_key(path)
+            if metric is None:
+                return None
+            run_dir, key = metric
+            store, _ = run_of(store_relative(run_dir), self.rel_root, self.name, top)
+            run = f"{store}/{mlflow_run_name(run_dir)}"
+            return LogFile(path, "mlflow_metric", safe_name(run), key, inside=self.inside)
         run, prefix = run_of(path.parent, self.rel_root, self.name, top)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 

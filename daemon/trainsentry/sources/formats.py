@@ -19,4 +19,12 @@ def new_decoder(kind: str) -> Decoder:
         from trainsentry.sources.csvlog import CsvDecoder
 
         return CsvDecoder()
+    if kind == "wandb":
+        from trainsentry.sources.wandb_records import WandbDecoder
+
+        return WandbDecoder()
+    if kind == "mlflow_metric":
+        from trainsentry.sources.mlflow_files import MlflowMetricDecoder
+
+        return MlflowMetricDecoder()
     raise ValueError(f"unknown log kind {kind!r}")

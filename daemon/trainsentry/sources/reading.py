@@ -13,26 +13,31 @@ from pathlib import Path
 
 from trainsentry.point import Point
 from trainsentry.sources.discover import LogFile, roots
-from trainsentry.sources.tail import FileTail
+from trainsentry.sources.following import follow
+from trainsentry.sources.survey import nothing_readable, readable
 
 
 def iter_batches(
-    paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
+    paths: Iterable[str | Path],
+    on_error: Callable[[str], None] | None = None,
+    on_empty: Callable[[str], None] | None = None,
 ) -> Iterator[list[Point]]:
     """Batches of points, file by file in sorted order, each file to its end.
 
     Raises FileNotFoundError for a path that does not exist: a typo on the
     command line deserves a clear error, not an empty result.
     """
-    for log in _logs(paths):
+    for log in _logs(paths, on_empty):
         yield from _read(log, on_error)
 
 
 def iter_files(
-    paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
+    paths: Iterable[str | Path],
+    on_error: Callable[[str], None] | None = None,
+    on_empty: Callable[[str], None] | None = None,
 ) -> Iterator[list[Point]]:
     """Each file's points in file order, file by file in sorted order."""
-    for log in _logs(paths):
+    for log in _logs(paths, on_empty):
         yield [p for batch in _read(log, on_error) for p in batch]
 
 
@@ -42,7 +47,9 @@ def wall_order(point: Point) -> float:
 
 
 def iter_points(
-    paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
+    paths: Iterable[str | Path],
+    on_error: Callable[[str], None] | None = None,
+    on_empty: Callable[[str], None] | None = None,
 ) -> Iterator[Point]:
     """The points in the order a live daemon judges them.
 
@@ -53,20 +60,27 @@ def iter_points(
     are not sorted (a clock stepped back), so one file is fed exactly as live
     reads it, where sorting every point would reorder it.
     """
-    yield from heapq.merge(*iter_files(paths, on_error), key=wall_order)
+    yield from heapq.merge(*iter_files(paths, on_error, on_empty), key=wall_order)
 
 
-def _logs(paths: Iterable[str | Path]) -> Iterator[LogFile]:
+def _logs(
+    paths: Iterable[str | Path], on_empty: Callable[[str], None] | None = None
+) -> Iterator[LogFile]:
+    """The logs under each path; `on_empty` is told of a path that holds none it can read."""
     given = list(paths)
     for raw in given:
         if not Path(raw).exists():
             raise FileNotFoundError(f"no such file or directory: {raw}")
     for root in roots(given, replay=True):
-        yield from root.scan()
+        found = root.scan()
+        logs = readable(found)
+        if not logs and on_empty is not None:
+            on_empty(nothing_readable(root.top, found))
+        yield from logs
 
 
 def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
-    tail = FileTail(log)
+    tail = follow(log)
     try:
         while True:
             got = tail.read()

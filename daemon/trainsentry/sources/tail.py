@@ -51,10 +51,19 @@ class TailRead:
     # read is retried from the same offset next time, nothing is skipped
     unreadable: str | None = None
     replayed_rows: list[Row] = field(default_factory=list)  # read again to relearn, see above
+    # rows of other runs than `run`: a tracker's store holds many (mlflow_db.py)
+    others: list[tuple[str, list[Row]]] = field(default_factory=list)
 
     @property
     def points(self) -> list[Point]:
-        return points_of(self.run, self.rows)
+        got = points_of(self.run, self.rows)
+        for run, rows in self.others:
+            got.extend(points_of(run, rows))
+        return got
+
+    def batches(self) -> list[tuple[str, list[Row]]]:
+        """Each run's rows read, `run`'s first."""
+        return [(self.run, self.rows), *self.others] if self.rows else self.others
 
     @property
     def replayed(self) -> list[Point]:
@@ -114,6 +123,11 @@ class FileTail:
     @property
     def relearning(self) -> bool:
         return self._replay_until is not None
+
+    @property
+    def runs(self) -> set[str]:
+        """The runs this file delivers rows of."""
+        return {self.log.run}
 
     def read(self, budget: int = 64 << 20, *, same_file: bool = False) -> TailRead:
         """Read what was appended since the last call, up to about `budget` bytes.

@@ -60,6 +60,13 @@ def loaded(
     return runs, items(api_alerts_json, "alerts")
 
 
+def nothing_readable(api_runs_json: Any) -> list[str]:
+    """The watched paths that hold no log the daemon reads, as /api/runs says them."""
+    doc = json.loads(api_runs_json) if isinstance(api_runs_json, (str, bytes)) else api_runs_json
+    lines = doc.get("nothing_readable") if isinstance(doc, dict) else None
+    return [str(x) for x in lines] if isinstance(lines, list) else []
+
+
 def given_up(api_alerts_json: Any) -> int:
     """Notifications the daemon gave up (kept a week in its outbox), from /api/alerts."""
     doc = (
@@ -113,6 +120,7 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
         rest = f"{severity} {what}" if severity else what
         lines.append(f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  {rest}")
     lines.append(summary_line(runs, alerts, given_up(api_alerts_json)))
+    lines.extend(nothing_readable(api_runs_json))
     if alerts:
         lines.append("")
         for a in alerts:

@@ -1,0 +1,24 @@
+"""Which tail follows a log: a FileTail for a file of records, MlflowDbTail for a database.
+
+A byte offset and a decoder follow every log format but one: a SQLite store is
+rewritten in place page by page, so it is followed by rowid (mlflow_db.py).
+Both have the interface the loop and the offline reader use, `Tail`.
+"""
+
+from __future__ import annotations
+
+from trainsentry.sources.discover import LogFile
+from trainsentry.sources.mlflow_db import MlflowDbTail
+from trainsentry.sources.tail import FileTail
+from trainsentry.state.db import Checkpoint
+
+Tail = FileTail | MlflowDbTail
+
+
+def follow(
+    log: LogFile, checkpoint: Checkpoint | None = None, *, relearn_from: Checkpoint | None = None
+) -> Tail:
+    """A tail of `log` resuming at `checkpoint` (see FileTail for `relearn_from`)."""
+    if log.kind == "mlflow_db":
+        return MlflowDbTail(log, checkpoint)
+    return FileTail(log, checkpoint, relearn_from=relearn_from)

@@ -1,0 +1,105 @@
+"""MLflow's file store: `mlruns/<experiment id>/<run id>/metrics/<key>`, one file per metric.
+
+Each line is `<timestamp ms> <value> <step>`, appended by `mlflow.log_metric`
+(MLflow 3 writes this store only with MLFLOW_ALLOW_FILE_STORE=true; the
+SQLite store is its default, see mlflow_db.py). The key is the file's path
+under `metrics/` (a key with `/` is a nested directory), so the decoder emits
+values under an empty tag and the file's LogFile carries the key as its tag
+prefix: the tail then names every value, as it names Keras' splits.
+
+The run is MLflow's: `<store>/<experiment name>/<run name>-<run id[:8]>`, the
+names read from the experiment's and run's `meta.yaml` (see `run_name`). The
+run id's head keeps two runs of one name apart (a rerun of "baseline") in live
+and offline reading alike, without either having to know the other.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from trainsentry.point import Row
+from trainsentry.sources.base import Decoded, DecodeError, Lines
+
+METRICS_DIR = "metrics"
+_TAG = ("",)
+
+
+def metric_key(path: Path) -> tuple[Path, str] | None:
+    """(the run directory, the metric key) of a file-store metric file; None for other files."""
+    parts = path.parts
+    if METRICS_DIR not in parts[:-1]:
+        return None
+    at = len(parts) - 1 - parts[::-1].index(METRICS_DIR, 1)
+    run_dir = Path(*parts[:at])
+    if not (run_dir / "meta.yaml").is_file() or not (run_dir.parent / "meta.yaml").is_file():
+        return None
+    return run_dir, "/".join(parts[at + 1 :])
+
+
+def _yaml_field(path: Path, field: str) -> str:
+    """A top-level scalar of an MLflow meta.yaml, without a YAML parser on the hot path:
+    MLflow writes these files with yaml.safe_dump, one `key: value` a line."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return line[len(field) + 1 :].strip().strip("'\"")
+    except OSError:
+        pass
+    return ""
+
+
+@lru_cache(maxsize=4096)
+def run_name(run_dir: Path) -> str:
+    """`<experiment name>/<run name>-<run id[:8]>` of a file-store run directory."""
+    experiment = _yaml_field(run_dir.parent / "meta.yaml", "name") or run_dir.parent.name
+    try:
+        name = (run_dir / "tags" / "mlflow.runName").read_text(errors="replace").strip()
+    except OSError:
+        name = _yaml_field(run_dir / "meta.yaml", "run_name")
+    return f"{experiment.replace('/', '_')}/{(name or 'run').replace('/', '_')}-{run_dir.name[:8]}"
+
+
+def store_relative(run_dir: Path) -> Path:
+    """The store directory (`mlruns`) of a run directory: the runs are named under it."""
+    return run_dir.parent.parent
+
+
+class MlflowMetricDecoder:
+    """Lines `timestamp value step` → one Row each, under the empty tag (see above)."""
+
+    def __init__(self) -> None:
+        self._lines = Lines()
+
+    def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
+        consumed, offset, lines, cut = self._lines.split(data)
+        out = Decoded(consumed=consumed)
+        if cut is not None:
+            out.errors.append(cut)
+        for line in lines:
+            at = offset
+            offset += len(line) + 1
+            fields = line.split()
+            if not fields:
+                continue
+            try:
+                stamp, value = int(fields[0]), float(fields[1])
+                step = int(fields[2]) if len(fields) > 2 else 0
+            except (ValueError, IndexError):
+                out.errors.append(DecodeError(at, "not an MLflow metric line: skipped"))
+                continue
+            wall = stamp / 1000.0 if math.isfinite(stamp) else file_time
+            out.rows.append(Row(step, wall, _TAG, (value,)))
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"skipping": self._lines.skipping}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._lines.skipping = bool(state.get("skipping", False))
+
+    def continue_from(self, previous: dict[str, Any]) -> None:
+        """MLflow only appends to a metric file; a rewrite is read anew."""

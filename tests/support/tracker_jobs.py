@@ -1,0 +1,111 @@
+"""Tiny training loops that log through the real MLflow and W&B packages, no network.
+
+Usage: python tracker_jobs.py KIND DIR [STEPS [DIVERGE_AT]]
+KIND is `mlflow-sqlite` (MLflow 3's default store, DIR/mlflow.db), `mlflow-files`
+(the file store under DIR/mlruns, MLFLOW_ALLOW_FILE_STORE=true) or `wandb`
+(offline mode, DIR/wandb/offline-run-*). The MLflow kinds log two runs of
+experiment "exp1", "healthy" and "diverge"; W&B logs "diverge" alone. A
+diverging run's gradient norm grows 15% a step from DIVERGE_AT on and its loss
+follows until it is NaN: what the default pack must alert on.
+
+Afterwards DIR/expected.json holds what the tracker's own reader returns:
+MlflowClient.get_metric_history for every run and key; for W&B, which ships
+no reader of its run file, what the loop handed wandb.log with the step W&B
+gave it (and W&B's wandb-summary.json where it wrote one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+from pathlib import Path
+
+
+def series(steps: int, diverge_at: int, seed: int) -> list[dict[str, float]]:
+    """The logged dicts, step by step: a loss falling with noise, then blowing up."""
+    rng = random.Random(seed)
+    out = []
+    for step in range(steps):
+        loss = 2.0 * math.exp(-step / 80) + 0.2 + rng.uniform(-0.02, 0.02)
+        grad = 1.0 + rng.uniform(-0.05, 0.05)
+        if 0 <= diverge_at <= step:
+            grow = 1.15 ** (step - diverge_at)
+            grad *= grow
+            loss *= grow
+            if grow > 1e3:
+                loss = math.nan
+        out.append({"train/loss": loss, "train/grad_norm": grad, "train/learning_rate": 1e-3})
+    return out
+
+
+def mlflow_runs(directory: Path, steps: int, diverge_at: int, files: bool) -> None:
+    if files:
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+        uri = (directory / "mlruns").as_uri()
+    else:
+        uri = f"sqlite:///{directory / 'mlflow.db'}"
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("exp1")
+    for name, at, seed in (("healthy", -1, 1), ("diverge", diverge_at, 2)):
+        with mlflow.start_run(run_name=name):
+            mlflow.log_params({"lr": 1e-3, "seed": seed})
+            for step, values in enumerate(series(steps, at, seed)):
+                mlflow.log_metrics(values, step=step)
+    client = MlflowClient(uri)
+    expected = []
+    for exp in client.search_experiments():
+        for run in client.search_runs([exp.experiment_id]):
+            for key in run.data.metrics:
+                for m in client.get_metric_history(run.info.run_id, key):
+                    expected.append(
+                        {
+                            "run_id": run.info.run_id,
+                            "run_name": run.info.run_name,
+                            "experiment": exp.name,
+                            "tag": key,
+                            "step": m.step,
+                            "wall_time": m.timestamp / 1000,
+                            "value": m.value,
+                        }
+                    )
+    (directory / "expected.json").write_text(json.dumps(expected))
+
+
+def wandb_run(directory: Path, steps: int, diverge_at: int) -> None:
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(directory))
+    import wandb
+
+    run = wandb.init(project="trackers", name="diverge")
+    logged = []
+    for values in series(steps, diverge_at, 2):
+        wandb.log(values)
+        logged.append({"step": run.step - 1, **values})
+    run_dir = Path(run.dir).parent
+    run.finish()
+    written = run_dir / "files" / "wandb-summary.json"  # written online; offline, not always
+    summary = json.loads(written.read_text()) if written.exists() else None
+    (directory / "expected.json").write_text(
+        json.dumps({"run_dir": str(run_dir), "logged": logged, "summary": summary})
+    )
+
+
+def main() -> None:
+    kind, directory = sys.argv[1], Path(sys.argv[2])
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 260
+    diverge_at = int(sys.argv[4]) if len(sys.argv) > 4 else 200
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind == "wandb":
+        wandb_run(directory, steps, diverge_at)
+    else:
+        mlflow_runs(directory, steps, diverge_at, files=kind == "mlflow-files")
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
