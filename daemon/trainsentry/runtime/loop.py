@@ -33,7 +33,7 @@ from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
-from trainsentry.sources.survey import nothing_readable
+from trainsentry.sources.survey import NO_FILES, nothing_readable
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -281,8 +281,8 @@ class Daemon:
                 continue
             now.append(nothing_readable(root.top, [t.log for t in mine]))
         for line in now:
-            if line not in said:
-                log.warning("%s", line)
+            if line not in said:  # an empty root is said, not warned of: its jobs may not be up
+                log.log(logging.INFO if line.endswith(NO_FILES) else logging.WARNING, "%s", line)
         self.nothing_readable = tuple(now)
 
     def _check_watches(self) -> None:

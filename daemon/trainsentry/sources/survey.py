@@ -24,6 +24,9 @@ SURVEY_FILES = 20_000
 SHOWN_KINDS = 5
 
 
+NO_FILES = "no files"  # an empty root: jobs that have not started yet, not a mistake
+
+
 def readable(logs: Iterable[LogFile]) -> list[LogFile]:
     """The logs that can be read: a SQLite file must be an MLflow store of a known schema."""
     return [log for log in logs if log.kind != "mlflow_db" or store_problem(log.path) is None]
@@ -46,7 +49,7 @@ def found_under(top: Path, logs: Iterable[LogFile] = ()) -> str:
             if seen >= SURVEY_FILES:
                 break
     if not kinds:
-        return "no files"
+        return NO_FILES
     ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN_KINDS]
     shown = [f"{n} {kind}" for kind, n in ranked]
     rest = sum(kinds.values()) - sum(n for _, n in ranked)
