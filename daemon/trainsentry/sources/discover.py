@@ -36,6 +36,10 @@ _NOT_EVENTS = (
     ".csv", ".log", ".sh", ".ipynb", ".html",
 )  # fmt: skip
 
+# Where jobs' stdout and stderr land: `train.log`, Slurm's `slurm-<job>.out`/`.err`,
+# torchrun's per-rank `stdout.log`/`stderr.log`, `output.log`.
+TEXT_SUFFIXES = (".log", ".out", ".err")
+
 # Our own control files live here; never read as logs.
 CONTROL_DIR = ".trainsentry"
 
@@ -43,7 +47,7 @@ CONTROL_DIR = ".trainsentry"
 @dataclass(frozen=True, slots=True)
 class LogFile:
     path: Path
-    kind: str  # "tfevents" | "jsonl" | "csv"
+    kind: str  # "tfevents" | "jsonl" | "csv" | "text"
     run: str
     tag_prefix: str
     inside: str = ""  # the resolved root it must stay in when opened; "" for any
@@ -82,6 +86,8 @@ def classify(name: str) -> str | None:
         return "jsonl"
     if name.endswith(".csv"):
         return "csv"
+    if name.endswith(TEXT_SUFFIXES):
+        return "text"  # a job's stdout/stderr, or a CSV or JSONL one: textlog.py sniffs
     if "tfevents" in name and not name.endswith(_NOT_EVENTS):
         return "tfevents"
     return None

@@ -19,4 +19,8 @@ def new_decoder(kind: str) -> Decoder:
         from trainsentry.sources.csvlog import CsvDecoder
 
         return CsvDecoder()
+    if kind == "text":
+        from trainsentry.sources.textlog import LogDecoder
+
+        return LogDecoder()
     raise ValueError(f"unknown log kind {kind!r}")
