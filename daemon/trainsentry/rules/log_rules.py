@@ -64,6 +64,9 @@ class RunLife:
     step: int = 0
     wall: float = math.nan  # of the last data seen, on the writer's clock or the reading's
     ended_wall: float = math.nan
+    # ended by a catch-all (any traceback): a more telling rule's cause replaces it
+    # (a chained traceback read in two parts: its cause comes second)
+    by_fallback: bool = False
 
     @property
     def ended(self) -> bool:
@@ -231,11 +234,15 @@ class LogEngine:
         alert.firing = True
         out.append(self._transition(alert, "firing", step, wall, None))
         cond: m.Pattern = rule.condition  # type: ignore[assignment]
-        if cond.ends_run is not None and not run.life.ended:
-            life = run.life
-            life.state, life.ended_wall = cond.ends_run, wall
+        life = run.life
+        if cond.ends_run is not None and (
+            not life.ended or (life.by_fallback and not cond.fallback)
+        ):
+            first = not life.ended
+            life.state, life.ended_wall, life.by_fallback = cond.ends_run, wall, cond.fallback
             life.cause = _cause(cond.cause, groups, alert.telling[0])
-            self.ended.append((event.run, life))
+            if first:
+                self.ended.append((event.run, life))
 
     def _timers(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
         """Streaks that ended, firing alerts no longer logged (keep_firing_for)."""
