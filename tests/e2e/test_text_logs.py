@@ -3,7 +3,7 @@
 Each job is a real process writing its stdout and stderr to a file in its run
 directory, as Slurm and torchrun do: a torch job whose matrix product fails
 (a real RuntimeError, chained under the error it handles), a DataLoader whose
-worker exits, a checkpoint saved to /dev/full (a real ENOSPC from torch.save),
+worker is SIGKILLed, a checkpoint saved to /dev/full (a real ENOSPC from torch.save),
 and a child SIGKILLed under a shell (the shell's own `Killed`). The daemon
 must page each as what it is, quote the exception line with the log's path and
 line, mask the secrets the job printed, and end the run's metric alerts with
@@ -42,15 +42,14 @@ except RuntimeError as exc:
     ) from exc
 """
 
+# The worker dies of SIGKILL as it starts, before any batch is in flight: torch then
+# reports it the same way every time (a batch being sent would surface as an EOFError).
 DATALOADER_JOB = """
 import os, signal
-from torch.utils.data import DataLoader, Dataset
-class Broken(Dataset):
-    def __len__(self): return 64
-    def __getitem__(self, i):
-        if i == 5: os.kill(os.getpid(), signal.SIGKILL)
-        return i
-for batch in DataLoader(Broken(), num_workers=1, batch_size=2): pass
+from torch.utils.data import DataLoader
+def die(worker_id):
+    os.kill(os.getpid(), signal.SIGKILL)
+for batch in DataLoader(range(64), num_workers=1, batch_size=2, worker_init_fn=die): pass
 """
 
 SAVE_JOB = """
@@ -118,7 +117,17 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
     assert nan is not None and nan["reason"].startswith("run crashed: RuntimeError: resume from")
     told = "".join(r.body.decode() for r in receiver.requests)
     assert "mat1 and mat2 shapes cannot be multiplied" in told
-    everything = out.read_text() + told + "".join(daemon.lines)
+    # the incident bundles carry the job's own last lines, masked, and the run's life
+    incidents = tmp_path / "state" / "incidents" / "exp1"
+    [bundle_path] = incidents.glob("python_exception-*.json")
+    bundle = json.loads(bundle_path.read_text())
+    logged = [x["text"] for x in bundle["logs"]]
+    assert "epoch 0 done" in logged and "Traceback (most recent call last):" in logged
+    assert bundle["run"]["life"]["state"] == "crashed"
+    [nan_bundle] = incidents.glob("loss_non_finite-*.json")
+    assert "starting" in [x["text"] for x in json.loads(nan_bundle.read_text())["logs"]]
+    bundles = "".join(p.read_text() for p in incidents.glob("*.json"))
+    everything = out.read_text() + told + "".join(daemon.lines) + bundles
     assert PASSWORD not in everything and TOKEN not in everything
 
 
