@@ -20,6 +20,7 @@ from typing import Any
 
 from support.daemon_process import DaemonProcess
 from support.notify_endpoints import HttpReceiver
+from support.ports import free_port
 from support.waiting import wait_until
 
 PASSWORD = "hunter2-pa55"
@@ -82,8 +83,9 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
     (run / "stdout.log").write_text("starting\n")
     out = tmp_path / "alerts.jsonl"
     receiver = HttpReceiver()
+    address = f"127.0.0.1:{free_port()}"
     daemon = DaemonProcess(
-        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", "off",
+        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", address,
         "--alerts-jsonl", str(out), "--notify", f"json://{receiver.url}/hook",
         merge_stderr=True,
     )  # fmt: skip
@@ -98,6 +100,10 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
         assert receiver.wait_for(
             lambda reqs: any("python_exception" in r.body.decode() for r in reqs)
         )
+        status = subprocess.run(
+            [sys.executable, "-m", "trainsentry", "status", "--address", address],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
     finally:
         daemon.stop()
         receiver.close()
@@ -115,6 +121,7 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
     assert lines[crash["log"]["line"] - 1] == "Traceback (most recent call last):"
     nan = find(out, rule="loss_non_finite", state="resolved")
     assert nan is not None and nan["reason"].startswith("run crashed: RuntimeError: resume from")
+    assert "exp1 (crashed: RuntimeError: resume from https://bob:****@hub.example" in status
     told = "".join(r.body.decode() for r in receiver.requests)
     assert "mat1 and mat2 shapes cannot be multiplied" in told
     # the incident bundles carry the job's own last lines, masked, and the run's life
@@ -127,7 +134,7 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
     [nan_bundle] = incidents.glob("loss_non_finite-*.json")
     assert "starting" in [x["text"] for x in json.loads(nan_bundle.read_text())["logs"]]
     bundles = "".join(p.read_text() for p in incidents.glob("*.json"))
-    everything = out.read_text() + told + "".join(daemon.lines) + bundles
+    everything = out.read_text() + told + "".join(daemon.lines) + bundles + status
     assert PASSWORD not in everything and TOKEN not in everything
 
 

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from trainsentry import __version__
@@ -22,7 +23,14 @@ from trainsentry.alerts.grouping import FiringBook
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
-from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
+from trainsentry.http_api import (
+    ApiServer,
+    DaemonSnapshot,
+    HttpApiError,
+    LiveView,
+    RunStatus,
+    SnapshotBoard,
+)
 from trainsentry.http_api.view import runs_of_store
 from trainsentry.point import Row, TextEvent, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
@@ -223,7 +231,7 @@ class Service:
                 self.daemon.stats,
                 rules_loaded=len(self.engine.rules),
                 firing=self.engine.firing() + self.log_engine.firing(),
-                runs=runs_of_store(self.store),
+                runs=self._runs(),
                 directories_seen=self.daemon.stats.directories,
                 saves=self.daemon.restart.stats if self.daemon.restart else None,
                 values_dropped=self.series_limit.dropped,
@@ -231,6 +239,19 @@ class Service:
                 runs_refused=self.daemon.stats.runs_refused,
             )
         )
+
+    def _runs(self) -> list[RunStatus]:
+        """The store's runs with the lives their logs tell; a run only its text logs name too."""
+        lives = self.log_engine.lives()
+        runs = [
+            replace(r, state=life.state, cause=life.cause)
+            if (life := lives.pop(r.run, None)) is not None and life.state != "running"
+            else r
+            for r in runs_of_store(self.store)
+        ]
+        for run, life in lives.items():
+            runs.append(RunStatus(run, life.step, life.wall, 0, life.state, life.cause))
+        return runs
 
     def _run_meta(self, run: str) -> dict[str, object]:
         directory = self.daemon.run_dir(run)
