@@ -23,15 +23,8 @@ from trainsentry.alerts.grouping import FiringBook
 from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
-from trainsentry.http_api import (
-    ApiServer,
-    DaemonSnapshot,
-    HttpApiError,
-    LiveView,
-    RunStatus,
-    SnapshotBoard,
-)
-from trainsentry.http_api.view import runs_of_store
+from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
+from trainsentry.http_api.view import RunStatus, runs_of_store
 from trainsentry.point import Row, TextEvent, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
