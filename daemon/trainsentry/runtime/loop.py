@@ -501,7 +501,8 @@ class Daemon:
 
     def run_dir(self, run: str) -> Path | None:
         """The run's directory (where its stop file goes); None once it was released."""
-        for tail in self._tails.values():
+        # a text log may sit beside its run's directory (discover.py): the others first
+        for tail in sorted(self._tails.values(), key=lambda t: t.log.kind == "text"):
             if tail.log.run == run:
                 directory = tail.log.path.parent
                 return directory.parent if tail.log.tag_prefix else directory

@@ -150,7 +150,12 @@ class Root:
         if kind is None or CONTROL_DIR in path.parts:
             return None
         top = self.top if self.top.is_dir() else self.top.parent
-        run, prefix = run_of(path.parent, self.rel_root, self.name, top)
+        directory = path.parent
+        if kind == "text":  # `logs/exp1.out` beside `logs/exp1/` is exp1's (docs/sources.md)
+            beside = directory / path.name.rsplit(".", 1)[0]
+            if beside.is_dir():
+                directory = beside
+        run, prefix = run_of(directory, self.rel_root, self.name, top)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:

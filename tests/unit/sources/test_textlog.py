@@ -156,3 +156,13 @@ def test_a_text_log_in_a_run_directory_belongs_to_that_run(tmp_path: Path) -> No
     assert {e.run for e in got.events} == {"exp1/attempt_0/0"}
     assert got.events[1].path == str(run / "stderr.log")
     assert got.events[1].lines[-1] == "ZeroDivisionError: division by zero"
+
+
+def test_a_log_named_after_a_run_directory_beside_it_belongs_to_that_run(tmp_path: Path) -> None:
+    # `#SBATCH --output=logs/%x.out` beside the job's `logs/%x/`: Slurm's output is that run's
+    (tmp_path / "exp1").mkdir()
+    (tmp_path / "exp1" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    (tmp_path / "exp1.out").write_text("slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT x ***\n")
+    (tmp_path / "slurm-77.out").write_text("a job of no run of its own\n")
+    found = {f.path.name: f.run for f in Root.watched(tmp_path).scan()}
+    assert found == {"exp1.out": "exp1", "metrics.jsonl": "exp1", "slurm-77.out": tmp_path.name}
