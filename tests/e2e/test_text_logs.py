@@ -174,3 +174,36 @@ def test_a_dead_dataloader_worker_a_full_disk_and_a_killed_child_are_each_paged_
     assert save is not None and "unexpected pos" in save["message"]
     killed = find(out, run="killed", rule="process_killed")
     assert killed is not None and " Killed " in killed["message"]
+
+
+def test_a_crash_stays_a_crash_across_a_daemon_restart_and_is_not_paged_twice(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "logs" / "exp1"
+    run.mkdir(parents=True)
+    (run / "stdout.log").write_text("starting\n")
+    out = tmp_path / "alerts.jsonl"
+    address = f"127.0.0.1:{free_port()}"
+    args = (
+        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", address,
+        "--alerts-jsonl", str(out),
+    )  # fmt: skip
+    first = DaemonProcess(*args, merge_stderr=True)
+    try:
+        first.wait_for_text("caught up")
+        assert job("import torch\ntorch.ones(2) @ torch.ones(3)\n", run).returncode == 1
+        wait_until(lambda: find(out, rule="python_exception", state="firing"), "the crash paged")
+    finally:
+        first.stop()  # a clean stop saves the alert state
+    second = DaemonProcess(*args, merge_stderr=True)
+    try:
+        second.wait_for_text("caught up")
+        status = subprocess.run(
+            [sys.executable, "-m", "trainsentry", "status", "--address", address],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    finally:
+        second.stop()
+    assert "exp1 (crashed: RuntimeError: inconsistent tensor size" in status
+    assert "python_exception" in status
+    assert [a["state"] for a in alerts(out) if a["rule"] == "python_exception"] == ["firing"]

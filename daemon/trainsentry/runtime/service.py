@@ -252,7 +252,7 @@ class Service:
         return {
             "run": run,
             "life": {"state": life.state, "cause": life.cause} if life else None,
-            "logs": self.log_lines.around(run, float("nan")),
+            "logs": self.log_lines.last(run),
             "dir": str(directory) if directory else None,
             "files": [str(p) for p in self.daemon.run_files(run)],
             "series": {

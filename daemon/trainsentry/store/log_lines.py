@@ -7,7 +7,7 @@ lines are kept here, per run, in a ring of LINES_PER_RUN lines, each cut at
 the decoder's line limit (sources/text_events.py, 2,000 characters): at most
 ~200 kB per run that has text logs, nothing for a run that has none. Lines
 are masked for secrets before they get here (sources/secrets.py); the
-incident bundle quotes the last of them before the alert's time.
+incident bundle quotes the last 50 read when its alert fired.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ BUNDLE_LINES = 50  # lines an incident bundle quotes
 
 
 class LogLines:
-    """Per run: (wall time, path, line number, text) of its recent text-log lines."""
+    """Per run: (path, line number, text) of its recent text-log lines."""
 
     def __init__(self, per_run: int = LINES_PER_RUN) -> None:
         self._per_run = per_run
-        self._runs: dict[str, deque[tuple[float, str, int, str]]] = {}
+        self._runs: dict[str, deque[tuple[str, int, str]]] = {}
 
     def extend(self, run: str, events: Iterable[TextEvent]) -> None:
         ring = self._runs.get(run)
@@ -35,18 +35,18 @@ class LogLines:
             ring = self._runs[run] = deque(maxlen=self._per_run)
         for event in events:
             for k, text in enumerate(event.lines):
-                ring.append((event.wall_time, event.path, event.line + k, text))
+                ring.append((event.path, event.line + k, text))
 
-    def around(self, run: str, wall: float, count: int = BUNDLE_LINES) -> list[dict[str, object]]:
-        """The last `count` lines read up to `wall` (all of them if `wall` is not a time)."""
+    def last(self, run: str, count: int = BUNDLE_LINES) -> list[dict[str, object]]:
+        """The run's last `count` lines, oldest first: what the job said up to the alert
+        (a bundle is written as its alert fires, from what was read by then)."""
         ring = self._runs.get(run)
         if not ring:
             return []
-        known = wall == wall and wall not in (float("inf"), float("-inf"))
-        lines = [x for x in ring if not known or x[0] <= wall + 1.0] if known else list(ring)
+        lines = list(ring)[-count:]
         return [
             {"path": os.path.basename(path), "line": number, "text": text}
-            for _, path, number, text in lines[-count:]
+            for path, number, text in lines
         ]
 
     def forget(self, run: str) -> None:
