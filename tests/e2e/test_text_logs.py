@@ -75,15 +75,27 @@ def find(path: Path, **want: str) -> dict[str, Any] | None:
     return next((a for a in alerts(path) if all(a.get(k) == v for k, v in want.items())), None)
 
 
-def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_masked(
-    tmp_path: Path,
-) -> None:
+def new_run(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A run directory whose job has started its log, the alert log's path, an HTTP address."""
     run = tmp_path / "logs" / "exp1"
     run.mkdir(parents=True)
     (run / "stdout.log").write_text("starting\n")
-    out = tmp_path / "alerts.jsonl"
+    return run, tmp_path / "alerts.jsonl", f"127.0.0.1:{free_port()}"
+
+
+def status_of(address: str) -> str:
+    """What `trainsentry status` prints of the daemon at `address`."""
+    return subprocess.run(
+        [sys.executable, "-m", "trainsentry", "status", "--address", address],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+
+def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_masked(
+    tmp_path: Path,
+) -> None:
+    run, out, address = new_run(tmp_path)
     receiver = HttpReceiver()
-    address = f"127.0.0.1:{free_port()}"
     daemon = DaemonProcess(
         str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", address,
         "--alerts-jsonl", str(out), "--notify", f"json://{receiver.url}/hook",
@@ -100,10 +112,7 @@ def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_m
         assert receiver.wait_for(
             lambda reqs: any("python_exception" in r.body.decode() for r in reqs)
         )
-        status = subprocess.run(
-            [sys.executable, "-m", "trainsentry", "status", "--address", address],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        status = status_of(address)
     finally:
         daemon.stop()
         receiver.close()
@@ -179,11 +188,7 @@ def test_a_dead_dataloader_worker_a_full_disk_and_a_killed_child_are_each_paged_
 def test_a_crash_stays_a_crash_across_a_daemon_restart_and_is_not_paged_twice(
     tmp_path: Path,
 ) -> None:
-    run = tmp_path / "logs" / "exp1"
-    run.mkdir(parents=True)
-    (run / "stdout.log").write_text("starting\n")
-    out = tmp_path / "alerts.jsonl"
-    address = f"127.0.0.1:{free_port()}"
+    run, out, address = new_run(tmp_path)
     args = (
         str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", address,
         "--alerts-jsonl", str(out),
@@ -198,10 +203,7 @@ def test_a_crash_stays_a_crash_across_a_daemon_restart_and_is_not_paged_twice(
     second = DaemonProcess(*args, merge_stderr=True)
     try:
         second.wait_for_text("caught up")
-        status = subprocess.run(
-            [sys.executable, "-m", "trainsentry", "status", "--address", address],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        status = status_of(address)
     finally:
         second.stop()
     assert "exp1 (crashed: RuntimeError: inconsistent tensor size" in status
