@@ -55,6 +55,8 @@ class Transition:
     escalated_from: Severity | None = None
     runbook: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # a pattern alert's event: {"path", "line", "lines"} (its telling lines, masked)
+    log: dict[str, Any] | None = None
 
     @property
     def key(self) -> AlertKey:
@@ -84,6 +86,8 @@ class Transition:
         for key in ("reason", "escalated_from", "runbook"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.log is not None:
+            out["log"] = dict(self.log)
         return out
 
     @classmethod
@@ -112,9 +116,21 @@ class Transition:
                 escalated_from=cast("Severity | None", escalated),
                 runbook=line.get("runbook"),
                 labels={str(k): str(v) for k, v in (line.get("labels") or {}).items()},
+                log=_log_of(line.get("log")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not an alert line: {exc!r}") from None
+
+
+def _log_of(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, Mapping):
+        return None
+    lines = value.get("lines")
+    return {
+        "path": str(value.get("path", "")),
+        "line": int(value.get("line", 0)),
+        "lines": [str(x) for x in lines] if isinstance(lines, list) else [],
+    }
 
 
 NoticeKind = Literal["firing", "repeat", "resolved", "action"]

@@ -174,7 +174,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from trainsentry.backtest.replay import replay
-    from trainsentry.sources.reading import iter_points
+    from trainsentry.sources.reading import iter_events, iter_points
 
     paths = _existing(args.paths)
     rules = _load_rules(args.rules)
@@ -201,13 +201,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")
         return 0
+    events = iter_events(paths, on_error)  # the text logs' events, for pattern rules
     replay(
-        iter_points(paths, on_error, on_empty),
-        rules,
-        out=sys.stdout,
-        fmt=args.format,
-        order="input",
-    )
+        iter_points(paths, on_error, on_empty), rules, out=sys.stdout, fmt=args.format,
+        order="input", events=events,
+    )  # fmt: skip
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 
 

@@ -19,6 +19,7 @@ Python-level `__new__`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 _new = tuple.__new__
@@ -62,6 +63,32 @@ class Row(NamedTuple):
     wall_time: float
     tags: tuple[str, ...]
     values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TextEvent:
+    """One event of a job's text log: a line, or the lines that say one thing together.
+
+    A Python traceback from `Traceback (most recent call last):` to its exception
+    line, an NCCL watchdog report, a structured record's message: what a pattern
+    rule judges and what an alert quotes. Not a Point: text never enters the
+    numeric path, so metrics cost what they cost without it. `line` is the
+    1-based number of the event's first line in `path`; `level` is the record's
+    level where the writer gave one ("error", "warning", ...), else "". `run`
+    is set by the tailer (a decoder knows only its file).
+    """
+
+    path: str
+    line: int
+    wall_time: float
+    lines: tuple[str, ...]
+    kind: str = "line"  # "line" | "traceback" | "report" | "record"
+    level: str = ""
+    run: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
 
 
 def samples_of(rows: Iterable[Row]) -> list[Sample]:

@@ -4,7 +4,8 @@ Logs rotate, runs are deleted, and the daemon keeps only a window of recent
 points in memory; a person who looks at an alert the next morning should
 still see the evidence. So every firing saves, in the state dir,
 `incidents/<run>/<rule>-<step>.json`: the alert, the last points of every
-series of the run, and the run's metadata (its directory, its files). The
+series of the run, the last lines of its text logs (`logs`, masked), and the
+run's metadata (its directory, its files, its life). The
 plot attached to messages is drawn from this file, so the picture matches
 the bundle.
 
@@ -58,6 +59,8 @@ def write_bundle(
         ]
         for tag, s in sorted(store.series(t.run).items())
     }
+    meta = dict(meta)
+    logs = meta.pop("logs", None)  # the run's last text-log lines (store/log_lines.py)
     bundle = {
         "alert": t.as_dict(),
         "saved_at": time.time(),
@@ -65,6 +68,8 @@ def write_bundle(
         **(extra or {}),
         "series": series,
     }
+    if logs is not None:
+        bundle["logs"] = logs
     path = bundle_path(incidents, t)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

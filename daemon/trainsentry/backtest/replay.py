@@ -11,13 +11,14 @@ command line feeds them as they come (order="input"). Points from elsewhere
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Literal, TextIO
 
 from trainsentry.alert import Transition
-from trainsentry.point import Point
+from trainsentry.point import Point, TextEvent
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
+from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
 from trainsentry.sources.reading import wall_order
 from trainsentry.terminal.plain import format_text
@@ -30,13 +31,39 @@ def replay_transitions(
     rules: RuleSet | None = None,
     *,
     order: Literal["time", "input"] = "time",
+    events: Iterable[TextEvent] = (),
 ) -> list[Transition]:
-    """Every transition of the runs in `points`, ending each run with "run finished"."""
-    engine = Engine(rules if rules is not None else load_rules())
+    """Every transition of the runs in `points`, ending each run with "run finished".
+
+    A finished run's text events (reading.iter_events) are judged once its points
+    are in: a text log read after the fact has no time of its own but its file's,
+    which is the run's end. A run they say crashed ends with "run crashed: <cause>".
+    """
+    ruleset = rules if rules is not None else load_rules()
+    engine = Engine(ruleset)
     feed = sorted(points, key=wall_order) if order == "time" else points
-    out = engine.feed_all(feed)
+    texts = LogEngine(ruleset)
+    if not texts.rules:
+        out = engine.feed_all(feed)
+        out.extend(engine.finish_all())
+        return out
+    last: dict[str, Point] = {}
+    out = engine.feed_all(_noting(feed, last))
+    for run, point in last.items():
+        out.extend(texts.saw(run, point.step, point.wall_time))
+    out.extend(texts.feed(events))
+    for run, life in texts.ended:
+        out.extend(engine.finish(run, life.reason))
+    for run in texts.lives():
+        out.extend(texts.finish(run))
     out.extend(engine.finish_all())
     return out
+
+
+def _noting(points: Iterable[Point], last: dict[str, Point]) -> Iterator[Point]:
+    for point in points:
+        last[point.run] = point
+        yield point
 
 
 def replay(
@@ -46,6 +73,7 @@ def replay(
     out: TextIO,
     fmt: str = "jsonl",
     order: Literal["time", "input"] = "time",
+    events: Iterable[TextEvent] = (),
 ) -> int:
     """Print the transitions as JSON lines or a text timeline; returns how many.
 
@@ -54,7 +82,7 @@ def replay(
     """
     if fmt not in ("jsonl", "text"):
         raise ValueError(f"unknown format {fmt!r}; expected jsonl or text")
-    transitions = replay_transitions(points, rules, order=order)
+    transitions = replay_transitions(points, rules, order=order, events=events)
     if fmt == "text":
         from trainsentry.terminal import render as console
 

@@ -35,6 +35,9 @@ class RunStatus:
     last_step: int
     last_wall_time: float  # the writer's wall time of its newest point
     series: int = 0
+    # its life (rules/log_rules.py): running, stalled, crashed, preempted, cancelled, finished
+    state: str = "running"
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +229,8 @@ def _finite(value: float) -> float | None:
 
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
-    """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing}],
-    "nothing_readable": [a line per watched path that holds no log read]}`."""
+    """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing, state,
+    cause}], "nothing_readable": [a line per watched path that holds no log read]}`."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -241,6 +244,8 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
             "age_seconds": _age(now, r.last_wall_time),
             "series": r.series,
             "firing": firing.pop(r.run, []),
+            "state": r.state,
+            "cause": r.cause,
         }
         for r in sorted(snapshot.runs, key=lambda r: r.run)
     ]

@@ -215,6 +215,29 @@ class Spike:
     settle: int = 1  # points back within normal that end a spike episode
 
 
+RunEnd = Literal["crashed", "preempted", "cancelled", "finished"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A regex over a text log's events (rules/log_rules.py), not over a series.
+
+    `levels`: only events of these levels ("error", ...; "" is a plain line with
+    none); empty for any. `events`: only events of these kinds. `fallback`:
+    a catch-all (any traceback) that stays quiet where a more telling rule
+    (a CUDA OOM) matched the same event, so one crash pages once. `ends_run`:
+    what the run's life is once this fires (a crash, a preemption), and
+    `cause` the words for it (default: the matched text).
+    """
+
+    regex: str
+    levels: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()  # event kinds: line, traceback, report, record; empty for any
+    fallback: bool = False  # only for events no other pattern rule matched
+    ends_run: RunEnd | None = None
+    cause: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Action:
     """What a firing rule does besides notifying; opt-in per rule (alerts/notifier.py).
@@ -240,6 +263,7 @@ Condition = (
     | Stale
     | Growth
     | Spike
+    | Pattern
 )
 
 

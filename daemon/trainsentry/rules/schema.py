@@ -9,6 +9,7 @@ member of a union. `to_rule` hands the engine plain dataclasses.
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,7 @@ from trainsentry.rules import model as m
 MESSAGE_FIELDS = frozenset(
     {"run", "rule", "severity", "metric", "canonical", "value", "step", "wall_time"}
     | {"evidence", "runbook", "labels"}
+    | {"match", "path", "line"}  # pattern rules' (log_rules.py)
 )
 
 
@@ -210,6 +212,24 @@ class SpikeSpec(Strict):
     settle: Count = 1
 
 
+class PatternSpec(Strict):
+    regex: str = Field(min_length=1)
+    level: str | list[str] | None = None
+    events: list[Literal["line", "traceback", "report", "record"]] = []
+    fallback: bool = False
+    ends_run: Literal["crashed", "preempted", "cancelled", "finished"] | None = None
+    cause: str | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, text: str) -> str:
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise ValueError(f"bad regex: {exc}") from None
+        return text
+
+
 CONDITIONS: dict[str, type[Strict]] = {
     "non_finite": NonFiniteSpec,
     "threshold": ThresholdSpec,
@@ -222,6 +242,7 @@ CONDITIONS: dict[str, type[Strict]] = {
     "stale": StaleSpec,
     "growth": GrowthSpec,
     "spike": SpikeSpec,
+    "pattern": PatternSpec,
 }
 
 
@@ -261,6 +282,7 @@ class RuleSpec(Strict):
     stale: StaleSpec | None = None
     growth: GrowthSpec | None = None
     spike: SpikeSpec | None = None
+    pattern: PatternSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -300,7 +322,9 @@ class RuleSpec(Strict):
             raise ValueError(f"a rule needs exactly one condition ({kinds}); found {detail}")
         if self.metric is not None and self.tag is not None:
             raise ValueError("give `metric` (canonical names) or `tag` (raw tags), not both")
-        if self.metric is None and self.tag is None and found[0] != "no_data":
+        if found[0] == "pattern" and (self.metric is not None or self.tag is not None):
+            raise ValueError("a pattern reads the run's text logs, not a series: no `metric`")
+        if self.metric is None and self.tag is None and found[0] not in ("no_data", "pattern"):
             raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
         return self
 
@@ -322,7 +346,14 @@ class RuleSpec(Strict):
             fields["min_gap"] = fields["min_gap"].amount
         if kind == "growth" and fields["critical_within"] is not None:
             fields["critical_within"] = fields["critical_within"].amount
+        if kind == "pattern":
+            level = fields.pop("level")
+            fields["levels"] = (
+                () if level is None else (level,) if isinstance(level, str) else tuple(level)
+            )
+            fields["events"] = tuple(fields["events"])
         condition: m.Condition = _DATACLASSES[kind](**fields)
+        selects_series = kind != "pattern"
 
         def globs(value: str | list[str] | None) -> tuple[str, ...]:
             return () if value is None else (value,) if isinstance(value, str) else tuple(value)
@@ -331,7 +362,7 @@ class RuleSpec(Strict):
             name=self.name,
             condition=condition,
             severity=self.severity,
-            metrics=globs(self.metric) or (("*",) if self.tag is None else ()),
+            metrics=globs(self.metric) or (("*",) if self.tag is None and selects_series else ()),
             tags=globs(self.tag),
             family=self.family or self.name,
             for_=self.for_,
@@ -357,6 +388,7 @@ _DATACLASSES: dict[str, Any] = {
     "stale": m.Stale,
     "growth": m.Growth,
     "spike": m.Spike,
+    "pattern": m.Pattern,
 }
 
 

@@ -15,11 +15,13 @@ then `tick` at each slot's wall time, so no-data rules fire during a gap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainsentry.alert import Transition
 from trainsentry.rules.engine import Engine
+from trainsentry.rules.log_rules import LogEngine
 from trainsentry.ruletest.spec import Case, ExpectedAlert, ExpectedTransition, TestFile
+from trainsentry.sources.textlog import LogDecoder
 
 
 @dataclass
@@ -139,7 +141,27 @@ def diff_firing(expected: Sequence[ExpectedAlert], actual: Sequence[Transition])
     return lines
 
 
-def run_case(case: Case, engine: Engine) -> CaseResult:
+class _Logs:
+    """A case's text logs, read as the daemon reads their files: each path one decoder."""
+
+    def __init__(self, case: Case, engine: LogEngine) -> None:
+        self.case, self.engine = case, engine
+        self.decoders: dict[str, LogDecoder] = {}
+        self.k = 0
+
+    def feed_until(self, step: int, out: list[Transition]) -> None:
+        logs, run = self.case.logs, self.case.run
+        while self.k < len(logs) and logs[self.k][0] <= step:
+            at, wall, path, text = logs[self.k]
+            self.k += 1
+            out.extend(self.engine.saw(run, at, wall))
+            decoder = self.decoders.setdefault(path, LogDecoder())
+            data = text.encode() if text.endswith("\n") else (text + "\n").encode()
+            events = decoder.feed(data, at_eof=True, file_time=wall).events
+            out.extend(self.engine.feed(replace(e, run=run, path=path) for e in events))
+
+
+def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) -> CaseResult:
     """Feed the case's points to a fresh engine and compare what it says with what was expected."""
     result = CaseResult(case.name, case.where)
     out: list[Transition] = []
@@ -147,15 +169,31 @@ def run_case(case: Case, engine: Engine) -> CaseResult:
     pending = list(case.expect_at)
     k = 0
     points = case.points
+    texts = LogEngine(engine.rules) if log_engine is None else log_engine
+    logs = _Logs(case, texts)
+
+    def shown() -> list[Transition]:
+        return engine.firing() + texts.firing()
+
     for step, wall in case.ticks:
         while pending and pending[0].step < step:
-            snapshots.append((pending.pop(0).step, engine.firing()))
+            snapshots.append((pending.pop(0).step, shown()))
         while k < len(points) and points[k].step <= step:
-            out.extend(engine.feed(points[k]))
+            point = points[k]
             k += 1
+            out.extend(texts.saw(point.run, point.step, point.wall_time))
+            life = texts.life(point.run)
+            if life is None or not life.ended:  # as the daemon does (runtime/service.py)
+                out.extend(engine.feed(point))
+        logs.feed_until(step, out)
+        while texts.ended:
+            run, life = texts.ended.pop(0)
+            out.extend(engine.finish(run, life.reason))
         out.extend(engine.tick(wall))
-    snapshots += [(at.step, engine.firing()) for at in pending]
+    snapshots += [(at.step, shown()) for at in pending]
     if case.finish:
+        for run in texts.lives():
+            out.extend(texts.finish(run))
         out.extend(engine.finish_all())
 
     def relevant(t: Transition) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +34,14 @@ class SeriesSpec(Strict):
     values: str
     start: int | None = None
     interval: int | None = Field(None, ge=1)
+
+
+class LogSpec(Strict):
+    """Text a job wrote at a step: read as its log file would be (sources/textlog.py)."""
+
+    step: int
+    text: str
+    path: str = "stdout.log"
 
 
 class ExpectedAlert(Strict):
@@ -64,7 +72,8 @@ class CaseSpec(Strict):
     start: int = Field(0, ge=0)
     interval: int = Field(1, ge=1)
     seconds_per_step: float | str = 1.0  # or a pace series on the case's slots
-    series: dict[str, str | SeriesSpec]
+    series: dict[str, str | SeriesSpec] = Field(default_factory=dict)
+    logs: list[LogSpec] = Field(default_factory=list)
     only: list[str] | None = None
     finish: bool = False
     expect_transitions: list[ExpectedTransition] | None = None
@@ -74,6 +83,8 @@ class CaseSpec(Strict):
     def _expects_something(self) -> CaseSpec:
         if self.expect_transitions is None and not self.expect_at:
             raise ValueError("a test needs `expect_transitions` (use [] for none) or `expect_at`")
+        if not self.series and not self.logs:
+            raise ValueError("a test needs `series` or `logs`")
         return self
 
 
@@ -95,6 +106,8 @@ class Case:
     finish: bool
     expect_transitions: list[ExpectedTransition] | None
     expect_at: list[ExpectAtSpec]
+    # (step, wall, path, text): what the job's text logs say at a step, in step order
+    logs: list[tuple[int, float, str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -224,6 +237,11 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
             if slot.value is not None:
                 point = Point(spec.run, tag, slot.step, clock.wall(slot.step), slot.value)
                 points.append((slot.step, order, point))
+    logs = sorted(
+        ((log.step, clock.wall(log.step), log.path, log.text) for log in spec.logs),
+        key=lambda x: x[0],
+    )
+    ticks.update(step for step, *_ in logs)
     if len(doc.errors) > before:
         return None
     points.sort(key=lambda p: (p[0], p[1]))  # by step; within a step, in the file's series order
@@ -238,6 +256,7 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
         finish=spec.finish,
         expect_transitions=spec.expect_transitions,
         expect_at=sorted(spec.expect_at, key=lambda a: a.step),
+        logs=logs,
     )
 
 

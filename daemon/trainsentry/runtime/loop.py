@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
-from trainsentry.point import Row
+from trainsentry.point import Row, TextEvent
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, store_of
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 # A file's new rows, with their run: what the sinks are handed per file read.
 RowSink = Callable[[str, list[Row]], None]
+# A text log's new events, with their run (sources/textlog.py).
+EventSink = Callable[[str, list[TextEvent]], None]
 _VALUES = itemgetter(3)  # a Row's values
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
@@ -107,8 +109,10 @@ class Daemon:
         max_wait: float | None = None,
         memory: Memory | None = None,
         snapshot_every: float = SNAPSHOT_SECONDS,
+        on_events: EventSink | None = None,
     ) -> None:
-        """`memory`: the alert state a restart restores and relearns (restart.py)."""
+        """`memory`: the alert state a restart restores and relearns (restart.py);
+        `on_events`: where text logs' events go (none: they are dropped)."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -117,6 +121,7 @@ class Daemon:
         self._on_error = on_error or (lambda msg: log.warning("%s", msg))
         self._on_release = on_release
         self._on_cycle = on_cycle
+        self._on_events = on_events
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
@@ -434,6 +439,8 @@ class Daemon:
                 for run, rows in got.batches():
                     for sink in self.sinks:
                         sink(run, rows)
+            if got.events and self._on_events is not None:
+                self._on_events(got.run, got.events)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -518,7 +525,8 @@ class Daemon:
 
     def run_dir(self, run: str) -> Path | None:
         """The run's directory (where its stop file goes); None once it was released."""
-        for tail in self._tails.values():
+        # a text log may sit beside its run's directory (discover.py): the others first
+        for tail in sorted(self._tails.values(), key=lambda t: t.log.kind == "text"):
             if run in tail.runs:
                 directory = tail.log.path.parent
                 return directory.parent if tail.log.tag_prefix else directory

@@ -53,6 +53,7 @@ from trainsentry.alert import Transition
 from trainsentry.alerts.grouping import FiringBook
 from trainsentry.point import Point, Row
 from trainsentry.rules.engine import Engine
+from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
 from trainsentry.runtime import heap
 from trainsentry.state.db import Checkpoint
@@ -293,9 +294,17 @@ class Saved:
     # (too large), but without these a quiet run would show no step, no age and
     # no series after a restart while its alerts fire.
     lasts: list[Point]
+    # pattern alerts and run lives (rules/log_rules.py): a crash stays a crash
+    log_engine: LogEngine | None = None
 
 
-def dump_state(engine: Engine, book: FiringBook, lasts: list[Point], out: BinaryIO) -> None:
+def dump_state(
+    engine: Engine,
+    book: FiringBook,
+    lasts: list[Point],
+    out: BinaryIO,
+    log_engine: LogEngine | None = None,
+) -> None:
     """Pickled into a file, not into bytes: pickle.dumps grows its buffer by
     doubling and then copies it out, which at 1,000 runs × 20 series doubled
     the snapshot's passing peak (+70 MB over a 14 MB pickle, the rest is the
@@ -308,7 +317,8 @@ def dump_state(engine: Engine, book: FiringBook, lasts: list[Point], out: Binary
     collecting = gc.isenabled()
     gc.disable()
     try:
-        pickle.dump(Saved(engine, book, lasts), out, protocol=pickle.HIGHEST_PROTOCOL)
+        saved = Saved(engine, book, lasts, log_engine)
+        pickle.dump(saved, out, protocol=pickle.HIGHEST_PROTOCOL)
     finally:
         if collecting:
             gc.enable()
@@ -331,6 +341,7 @@ class Stages(Protocol):
     """The service's stages a restart saves and restores."""
 
     engine: Engine
+    log_engine: LogEngine
     store: Store
     book: FiringBook
     ruleset: RuleSet
@@ -358,12 +369,16 @@ class AlertMemory:
         s.engine, s.book = loaded.engine, loaded.book
         s.store.extend(loaded.lasts)
         self.restored = s.engine.reload(s.ruleset)  # rules edited while it was down
+        if loaded.log_engine is not None:
+            s.log_engine = loaded.log_engine
+            self.restored += s.log_engine.reload(s.ruleset)
         return True
 
     def dump(self, out: BinaryIO) -> None:
         store = self._stages.store
         lasts = [s.last for run in store.runs() for s in store.series(run).values()]
-        dump_state(self._stages.engine, self._stages.book, lasts, out)
+        s = self._stages
+        dump_state(s.engine, s.book, lasts, out, s.log_engine)
 
     def relearn(self, run: str, rows: list[Row]) -> None:
         s = self._stages
@@ -375,6 +390,8 @@ class AlertMemory:
         s = self._stages
         for run in set(s.engine.runs()) - runs:
             s.deliver(s.engine.finish(run, "no longer watched"))
+        for run in set(s.log_engine.lives()) - runs:
+            s.deliver(s.log_engine.finish(run, "no longer watched"))
         if self.restored is not None:  # counted now: the snapshot may predate a resolve
             print(
                 f"trainsentry: restored the alert state ({len(s.book)} firing now, "

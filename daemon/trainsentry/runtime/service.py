@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from trainsentry import __version__
@@ -23,10 +24,11 @@ from trainsentry.alerts.notifier import Notifier
 from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
-from trainsentry.http_api.view import runs_of_store
-from trainsentry.point import Row, points_of
-from trainsentry.rules.engine import Engine
+from trainsentry.http_api.view import RunStatus, runs_of_store
+from trainsentry.point import Row, TextEvent, points_of
+from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
+from trainsentry.rules.log_rules import LogEngine
 from trainsentry.runtime.loop import Daemon
 from trainsentry.runtime.restart import AlertMemory
 from trainsentry.runtime.silence_clock import SilenceClock
@@ -36,6 +38,7 @@ from trainsentry.state.disk_full import HeldState, WriteTrouble
 from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
+from trainsentry.store.log_lines import LogLines
 from trainsentry.terminal.printer import AlertPrinter
 from trainsentry.terminal.progress import BackfillReporter
 
@@ -76,6 +79,7 @@ class Service:
         try:
             self.ruleset = load_rules(list(config.rules))
             self.engine = Engine(self.ruleset)
+            self.log_engine = LogEngine(self.ruleset)  # pattern rules on text logs
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
         try:
@@ -86,6 +90,7 @@ class Service:
             raise ServiceError(f"cannot open state dir {state_dir}: {exc}") from None
         self.state_dir = state_dir
         self.store = Store(recent_size=config.retention, judged=lambda tag: self.engine.reads(tag))
+        self.log_lines = LogLines()  # the last lines of each run's text logs, for bundles
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         self.series_limit = SeriesLimit()  # a run writing a new tag per line is bounded
         since = time.time() - config.history
@@ -116,6 +121,7 @@ class Service:
             max_wait=HEARTBEAT_SECONDS,
             memory=self.memory,
             snapshot_every=config.snapshot_interval,
+            on_events=self._text_events,
         )
         self.systemd = SystemdNotifier()
         self.heartbeat = Heartbeat(self.systemd)
@@ -155,6 +161,11 @@ class Service:
     def _evaluate(self, run: str, rows: list[Row]) -> None:
         rows = self.series_limit.admit(run, rows)
         self.store.extend_rows(run, rows)
+        if rows:
+            self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
+            life = self.log_engine.life(run)
+            if life is not None and life.ended:
+                return  # the last words of a run that ended, not a run to judge (log_rules.py)
         for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
             if step:
                 self.engine.shift_clock(run, step)
@@ -170,8 +181,22 @@ class Service:
             sys.stdout.write(text)
             sys.stdout.flush()
 
+    def _text_events(self, run: str, events: list[TextEvent]) -> None:
+        """A text log's events: kept for bundles, judged by the pattern rules; a run they
+        say ended (crashed, preempted) has its metric alerts ended with that reason."""
+        self.log_lines.extend(run, events)
+        self.deliver(self.log_engine.feed(events))
+        while self.log_engine.ended:
+            ended, life = self.log_engine.ended.pop(0)
+            self.deliver(self.engine.finish(ended, life.reason))
+            self.silence.forget(ended)
+
     def _released(self, run: str) -> None:
-        self.deliver(self.engine.finish(run, "run deleted"))
+        life = self.log_engine.life(run)
+        reason = life.reason if life is not None and life.ended else "run deleted"
+        self.deliver(self.engine.finish(run, reason))
+        self.deliver(self.log_engine.finish(run, "run deleted"))
+        self.log_lines.forget(run)
         self.store.release_run(run)
         self.silence.forget(run)
         self.series_limit.forget(run)
@@ -185,7 +210,11 @@ class Service:
             self._next_tick = now + TICK_SECONDS
             if now >= self._next_clocks:
                 self._next_clocks = now + max(TICK_SECONDS, self.engine.tick_every)
-                self.deliver(self.engine.tick(self.silence.look(), self.silence.now_of))
+                ticked = self.engine.tick(self.silence.look(), self.silence.now_of)
+                for t in ticked:  # a run whose data stopped is stalled, as its status says
+                    if t.metric == RUN_WIDE:
+                        self.log_engine.stalled(t.run, t.state == "firing")
+                self.deliver(ticked)
             self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()
@@ -193,8 +222,8 @@ class Service:
             lambda: DaemonSnapshot.capture(
                 self.daemon.stats,
                 rules_loaded=len(self.engine.rules),
-                firing=self.engine.firing(),
-                runs=runs_of_store(self.store),
+                firing=self.engine.firing() + self.log_engine.firing(),
+                runs=self._runs(),
                 directories_seen=self.daemon.stats.directories,
                 saves=self.daemon.restart.stats if self.daemon.restart else None,
                 values_dropped=self.series_limit.dropped,
@@ -204,10 +233,26 @@ class Service:
             )
         )
 
+    def _runs(self) -> list[RunStatus]:
+        """The store's runs with the lives their logs tell; a run only its text logs name too."""
+        lives = self.log_engine.lives()
+        runs = [
+            replace(r, state=life.state, cause=life.cause)
+            if (life := lives.pop(r.run, None)) is not None and life.state != "running"
+            else r
+            for r in runs_of_store(self.store)
+        ]
+        for run, life in lives.items():
+            runs.append(RunStatus(run, life.step, life.wall, 0, life.state, life.cause))
+        return runs
+
     def _run_meta(self, run: str) -> dict[str, object]:
         directory = self.daemon.run_dir(run)
+        life = self.log_engine.life(run)
         return {
             "run": run,
+            "life": {"state": life.state, "cause": life.cause} if life else None,
+            "logs": self.log_lines.last(run),
             "dir": str(directory) if directory else None,
             "files": [str(p) for p in self.daemon.run_files(run)],
             "series": {
@@ -236,6 +281,7 @@ class Service:
         else:
             self.ruleset = rules
             self.deliver(self.engine.reload(rules))
+            self.deliver(self.log_engine.reload(rules))
             self._next_clocks = 0.0  # the new rules' silences may be shorter
             print(f"trainsentry: reloaded {len(self.engine.rules)} rules", flush=True)
             if fresh != self.config:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
+from trainsentry.sources.secrets import mask_secrets
+
+__all__ = ["mask_secrets", "mask_url", "scheme_only"]  # mask_secrets: for text log lines
+
 
 def scheme_only(url: str, rest: str = "…") -> str:
     """`slack://…`: for places that need to say which service, never which account."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.point import Row, Sample, samples_of
+from trainsentry.point import Row, Sample, TextEvent, samples_of
 from trainsentry.sources.names import safe_name
 
 
@@ -31,6 +31,7 @@ class Decoded:
     consumed: int
     rows: list[Row] = field(default_factory=list)  # one per record with values
     errors: list[DecodeError] = field(default_factory=list)
+    events: list[TextEvent] = field(default_factory=list)  # text logs' events (textlog.py)
 
     @property
     def samples(self) -> list[Sample]:

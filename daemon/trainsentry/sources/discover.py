@@ -42,6 +42,9 @@ _NOT_EVENTS = (
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 # What SQLite writes beside a database: a change to one is a change to the store.
 _SQLITE_COMPANIONS = ("-wal", "-journal")
+# Where jobs' stdout and stderr land: `train.log`, Slurm's `slurm-<job>.out`/`.err`,
+# torchrun's per-rank `stdout.log`/`stderr.log`, `output.log`.
+TEXT_SUFFIXES = (".log", ".out", ".err")
 
 # Our own control files live here; never read as logs.
 CONTROL_DIR = ".trainsentry"
@@ -50,7 +53,7 @@ CONTROL_DIR = ".trainsentry"
 @dataclass(frozen=True, slots=True)
 class LogFile:
     path: Path
-    kind: str  # "tfevents" | "jsonl" | "csv" | "wandb" | "mlflow_db" | "mlflow_metric"
+    kind: str  # "tfevents" | "jsonl" | "csv" | "text" | "wandb" | "mlflow_db" | "mlflow_metric"
     run: str
     tag_prefix: str
     inside: str = ""  # the resolved root it must stay in when opened; "" for any
@@ -93,6 +96,8 @@ def classify(name: str) -> str | None:
         return "wandb"
     if name.endswith(SQLITE_SUFFIXES):
         return "mlflow_db"  # any sqlite:/// tracking URI; mlflow_db.py tells a store from others
+    if name.endswith(TEXT_SUFFIXES):
+        return "text"  # a job's stdout/stderr, or a CSV or JSONL one: textlog.py sniffs
     if "tfevents" in name and not name.endswith(_NOT_EVENTS):
         return "tfevents"
     return None
@@ -176,7 +181,12 @@ class Root:
             store, _ = run_of(store_relative(run_dir), self.rel_root, self.name, top)
             run = f"{store}/{mlflow_run_name(run_dir)}"
             return LogFile(path, "mlflow_metric", safe_name(run), key, inside=self.inside)
-        run, prefix = run_of(path.parent, self.rel_root, self.name, top)
+        directory = path.parent
+        if kind == "text":  # `logs/exp1.out` beside `logs/exp1/` is exp1's (docs/sources.md)
+            beside = directory / path.name.rsplit(".", 1)[0]
+            if beside.is_dir():
+                directory = beside
+        run, prefix = run_of(directory, self.rel_root, self.name, top)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:

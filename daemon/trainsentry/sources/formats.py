@@ -27,4 +27,8 @@ def new_decoder(kind: str) -> Decoder:
         from trainsentry.sources.mlflow_files import MlflowMetricDecoder
 
         return MlflowMetricDecoder()
+    if kind == "text":
+        from trainsentry.sources.textlog import LogDecoder
+
+        return LogDecoder()
     raise ValueError(f"unknown log kind {kind!r}")

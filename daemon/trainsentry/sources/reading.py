@@ -11,10 +11,11 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point
+from trainsentry.point import Point, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
+from trainsentry.sources.tail import TailRead
 
 
 def iter_batches(
@@ -79,7 +80,25 @@ def _logs(
         yield from logs
 
 
+def iter_events(
+    paths: Iterable[str | Path], on_error: Callable[[str], None] | None = None
+) -> Iterator[TextEvent]:
+    """The text logs' events, file by file in sorted order (their metrics come from
+    iter_points): what `replay` feeds the pattern rules once a run's points are in."""
+    for log in _logs(paths):
+        if log.kind == "text":
+            for got in _reads(log, on_error):
+                yield from got.events
+
+
 def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
+    for got in _reads(log, on_error):
+        if got.points:
+            yield got.points
+
+
+def _reads(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[TailRead]:
+    """The file's reads from its start to its end, errors told to `on_error`."""
     tail = follow(log)
     try:
         while True:
@@ -89,8 +108,7 @@ def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list
                     on_error(err)
                 if got.unreadable:
                     on_error(f"{tail.path}: {got.unreadable}")
-            if got.points:
-                yield got.points
+            yield got
             if not got.more:
                 break
     finally:

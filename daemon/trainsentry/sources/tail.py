@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from trainsentry.point import Point, Row, points_of
+from trainsentry.point import Point, Row, TextEvent, points_of
 from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
 from trainsentry.sources.discover import LogFile, refusal
 from trainsentry.sources.formats import new_decoder
@@ -53,6 +53,8 @@ class TailRead:
     replayed_rows: list[Row] = field(default_factory=list)  # read again to relearn, see above
     # rows of other runs than `run`: a tracker's store holds many (mlflow_db.py)
     others: list[tuple[str, list[Row]]] = field(default_factory=list)
+    # a text log's events, of `run`; none while relearning: text alerts are not relearned
+    events: list[TextEvent] = field(default_factory=list)
 
     @property
     def points(self) -> list[Point]:
@@ -371,6 +373,9 @@ class FileTail:
             target.extend(self._prefix(decoded.rows, prefix))
         else:
             target.extend(decoded.rows)
+        if decoded.events and self._replay_until is None:
+            run, path = self.log.run, self.path
+            out.events.extend(replace(e, run=run, path=path) for e in decoded.events)
         consumed = decoded.consumed
         if consumed:
             self._offset += consumed

@@ -93,6 +93,15 @@ def summary_line(
     return summary
 
 
+def run_label(r: dict[str, Any]) -> str:
+    """A run's name, with how it ended when it is no longer running (`exp1 (crashed: ...)`)."""
+    state = r.get("state") or "running"
+    if state == "running":
+        return str(r.get("run"))
+    cause = r.get("cause")
+    return f"{r.get('run')} ({state}: {cause})" if cause else f"{r.get('run')} ({state})"
+
+
 def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
     """The runs table and the firing alerts' messages, as plain lines for pipes and scripts.
 
@@ -106,10 +115,10 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
         age = format_age(r.get("age_seconds"))
         firing = r.get("firing") or []
         if not firing:
-            rows.append((str(r.get("run")), step, age, "", "-"))
+            rows.append((run_label(r), step, age, "", "-"))
         for i, a in enumerate(firing):
             what = f"{a.get('rule')} ({a.get('metric')})"
-            cells = (str(r.get("run")), step, age) if i == 0 else ("", "", "")
+            cells = (run_label(r), step, age) if i == 0 else ("", "", "")
             rows.append((*cells, str(a.get("severity", "")), what))
     header = ("RUN", "STEP", "AGE", "FIRING")
     w_run = max([len(header[0])] + [len(row[0]) for row in rows])

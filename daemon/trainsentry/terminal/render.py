@@ -220,7 +220,7 @@ def print_status(
     from rich.table import Table
     from rich.text import Text
 
-    from trainsentry.terminal.plain import format_age, summary_line
+    from trainsentry.terminal.plain import format_age, run_label, summary_line
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("RUN", style="cyan", overflow="fold")
@@ -235,7 +235,7 @@ def print_status(
             firing.append(severity, style=SEVERITY_STYLE.get(severity, ""))
             firing.append(f" {a.get('rule')} ({a.get('metric')})")
         step = "-" if r.get("last_step") is None else str(r["last_step"])
-        table.add_row(str(r.get("run")), step, format_age(r.get("age_seconds")), firing or "-")
+        table.add_row(run_label(r), step, format_age(r.get("age_seconds")), firing or "-")
     console.print(table)
     console.print(Text(summary_line(runs, alerts, dropped), style="yellow" if dropped else "dim"))
     if not alerts:

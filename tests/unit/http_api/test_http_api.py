@@ -194,6 +194,8 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
             {"rule": "grad_norm_growth", "severity": "critical", "metric": "train/grad_norm"},
             {"rule": "loss_nan", "severity": "warning", "metric": "train/grad_norm"},
         ],
+        "state": "running",
+        "cause": "",
     }
     assert second["run"] == "exp2/seed0" and second["firing"] == []
 

@@ -1,0 +1,388 @@
+"""Pattern rules on text-log events, and each run's life as its logs tell it.
+
+The numeric engine (engine.py) judges series point by point; a text event is
+another kind of input — rare, wordy, and final more often than not — so it
+has an engine of its own beside that one, fed by the same tailer and
+emitting the same `Transition`s through the same notifier.
+
+A pattern alert is one rule on one run ((run, rule, "log") is its identity).
+On the data's own axis, as every rule: the run's step is the last one its
+metrics reached (text has no step of its own), its time the event's.
+
+- `for`: the pattern must go on matching for that long (steps, seconds) or
+  that many times (`points`) before it fires; a streak ends when no match
+  came for as long as `for` itself. Without `for` the first match fires.
+- `keep_firing_for`: a firing alert resolves ("no longer logged") once no
+  match came for that long, judged as events and points arrive. Without it
+  a pattern alert stays firing until its run ends: a crash is not over
+  because the job printed one more line.
+- `ends_run`: the run's life is now crashed / preempted / cancelled /
+  finished, with a cause (`cause`, formatted with the regex's named groups,
+  or the matched line). The runtime then ends the run's metric alerts with
+  "run crashed: <cause>" rather than letting its silence page as "went
+  quiet". Metrics that arrive RESTART_GRACE seconds (on the writer's clock)
+  after the end mean the job was restarted: its pattern alerts resolve with
+  "run restarted" and it is running again.
+
+Named groups of the regex become labels of the alert. The alert quotes the
+event's telling lines (`telling`): the line that matched, the last exception
+line of a traceback and the frame above it, with the log's path and line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainsentry.alert import Transition
+from trainsentry.point import TextEvent
+from trainsentry.rules import model as m
+
+LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
+RESTART_GRACE = 30.0
+TELLING_LINES = 5
+ENDINGS = frozenset({"crashed", "preempted", "cancelled", "finished"})
+_RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+_INDENTED = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?\s")
+# lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
+_CONTINUATION = re.compile(
+    r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
+    r"|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`)"
+)
+_NOT_EXCEPTION = ("Traceback (most recent call last):", "During handling of", "The above exception")
+
+
+@dataclass(slots=True)
+class RunLife:
+    """What a run's logs say of it: running, or how it ended and why."""
+
+    state: str = "running"  # running | stalled | crashed | preempted | cancelled | finished
+    cause: str = ""
+    step: int = 0
+    wall: float = math.nan  # of the last data seen, on the writer's clock or the reading's
+    ended_wall: float = math.nan
+    # ended by a catch-all (any traceback): a more telling rule's cause replaces it
+    # (a chained traceback read in two parts: its cause comes second)
+    by_fallback: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDINGS
+
+    @property
+    def reason(self) -> str:
+        """A resolve's reason for the run's other alerts: "run crashed: <cause>"."""
+        return f"run {self.state}: {self.cause}" if self.cause else f"run {self.state}"
+
+
+@dataclass(eq=False, slots=True)
+class LogAlert:
+    rule: m.Rule
+    run: str
+    firing: bool = False
+    matches: int = 0  # in the current streak
+    first: tuple[int, float] = (0, math.nan)  # step, wall of the streak's first match
+    last: tuple[int, float] = (0, math.nan)  # and of its latest
+    event: TextEvent | None = None  # the latest match
+    labels: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    telling: tuple[str, ...] = ()
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    life: RunLife = field(default_factory=RunLife)
+    alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
+
+
+def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
+    """The lines a person needs from the event: the matched one; for a traceback its
+    last exception line first, the frame that raised it, and what it was raised during."""
+    lines = event.lines
+    hit = lines[event.text.count("\n", 0, match.start())].strip()
+    if event.kind != "traceback":
+        return (hit,)
+    exceptions = [
+        i
+        for i, line in enumerate(lines)
+        if line.strip()
+        and not _INDENTED.match(line)
+        and not _bare(line).startswith(_NOT_EXCEPTION)
+        and not _CONTINUATION.match(_bare(line))
+    ]
+    if not exceptions:
+        return (hit,)
+    last = exceptions[-1]
+    frames = [x.strip() for x in lines[:last] if _INDENTED.match(x) and x.strip()]
+    frames = [f for f in frames if set(f) - set("^~ ")][-2:]  # no caret markers
+    out = [lines[last].strip(), *frames]
+    if hit not in out and not _bare(hit).startswith(_NOT_EXCEPTION):
+        out.insert(0, hit)  # the rule matched an earlier line: the reason it fired
+    earlier = [lines[i].strip() for i in exceptions[:-1] if lines[i].strip() not in out]
+    if earlier:
+        out.append(f"while handling: {earlier[-1]}")
+    return tuple(out[:TELLING_LINES])
+
+
+def _bare(line: str) -> str:
+    return _RANK.sub("", line.strip(), count=1)
+
+
+class LogEngine:
+    """Pattern rules over text events, and the run lives they tell (see the module)."""
+
+    def __init__(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
+        self._runs: dict[str, _Run] = {}
+        self.ended: list[tuple[str, RunLife]] = []  # runs that just ended; the runtime takes them
+        self._load(rules)
+
+    def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
+        every = rules.rules if isinstance(rules, m.RuleSet) else tuple(rules)
+        self.rules = tuple(r for r in every if isinstance(r.condition, m.Pattern))
+        patterns = [(r, r.condition) for r in self.rules if isinstance(r.condition, m.Pattern)]
+        # catch-alls last, so they know whether a more telling rule matched the event
+        patterns.sort(key=lambda rc: rc[1].fallback)
+        self._compiled = [(r, re.compile(c.regex, re.MULTILINE), c) for r, c in patterns]
+
+    def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
+        """New rules; the alerts of unchanged ones keep firing, the others resolve."""
+        self._load(rules)
+        keep = {r.name: r for r in self.rules}
+        out: list[Transition] = []
+        for run in self._runs.values():
+            for name, alert in list(run.alerts.items()):
+                if keep.get(name) != alert.rule:
+                    if alert.firing:
+                        out.append(self._resolved(alert, run, "rule changed"))
+                    del run.alerts[name]
+        return out
+
+    # --- feeding ---
+
+    def feed(self, events: Iterable[TextEvent]) -> list[Transition]:
+        """Judge events in order; the transitions they caused."""
+        out: list[Transition] = []
+        for event in events:
+            run = self._runs.get(event.run)
+            if run is None:
+                run = self._runs[event.run] = _Run()
+            life = run.life
+            step, wall = life.step, event.wall_time
+            text = event.text
+            matched = False
+            for rule, regex, cond in self._compiled:
+                if cond.fallback and matched:
+                    continue
+                if cond.levels and event.level not in cond.levels:
+                    continue
+                if cond.events and event.kind not in cond.events:
+                    continue
+                match = regex.search(text)
+                if match is None:
+                    continue
+                matched = matched or not cond.fallback
+                self._matched(run, rule, event, match, step, wall, out)
+            self._timers(run, step, wall, out)
+        return out
+
+    def saw(self, run_id: str, step: int, wall: float) -> list[Transition]:
+        """The run's metrics reached `step` at `wall`: the axis pattern alerts are judged on."""
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        life = run.life
+        life.step = step
+        out: list[Transition] = []
+        if life.ended and wall > life.ended_wall + RESTART_GRACE:
+            for alert in run.alerts.values():
+                if alert.firing:
+                    out.append(self._resolved(alert, run, "run restarted"))
+            run.alerts.clear()
+            run.life = RunLife(step=step, wall=wall)
+            return out
+        life.wall = wall
+        self._timers(run, step, wall, out)
+        return out
+
+    def _matched(
+        self,
+        run: _Run,
+        rule: m.Rule,
+        event: TextEvent,
+        match: re.Match[str],
+        step: int,
+        wall: float,
+        out: list[Transition],
+    ) -> None:
+        alert = run.alerts.get(rule.name)
+        if alert is None:
+            alert = run.alerts[rule.name] = LogAlert(rule, event.run)
+        if not alert.matches:
+            alert.first = (step, wall)
+        alert.matches += 1
+        alert.last = (step, wall)
+        alert.event = event
+        groups = {k: v for k, v in match.groupdict().items() if v is not None}
+        alert.labels = {**dict(rule.labels), **groups}
+        alert.telling = telling(event, match)
+        alert.message = self._render(alert, rule, event, match.group(0), step, groups)
+        if alert.firing or not _reached(rule.for_, alert.first, alert.last, alert.matches):
+            return
+        alert.firing = True
+        out.append(self._transition(alert, "firing", step, wall, None))
+        cond: m.Pattern = rule.condition  # type: ignore[assignment]
+        life = run.life
+        if cond.ends_run is not None and (
+            not life.ended or (life.by_fallback and not cond.fallback)
+        ):
+            first = not life.ended
+            life.state, life.ended_wall, life.by_fallback = cond.ends_run, wall, cond.fallback
+            life.cause = _cause(cond.cause, groups, alert.telling[0])
+            if first:
+                self.ended.append((event.run, life))
+
+    def _timers(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
+        """Streaks that ended, firing alerts no longer logged (keep_firing_for)."""
+        for alert in run.alerts.values():
+            if not alert.matches:
+                continue
+            rule = alert.rule
+            if alert.firing:
+                span = rule.keep_firing_for
+                if span is not None and _gap(span, alert.last, step, wall):
+                    out.append(self._resolved(alert, run, f"no longer logged for {span}"))
+                    alert.firing, alert.matches = False, 0
+            elif rule.for_ is not None and _gap(rule.for_, alert.last, step, wall, strictly=True):
+                alert.matches = 0
+
+    # --- ending ---
+
+    def finish(self, run_id: str, reason: str = "run finished") -> list[Transition]:
+        """Resolve what fires on a run and forget it; a run that ended says how."""
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return []
+        if run.life.ended and reason in ("run finished", "run deleted"):
+            reason = run.life.reason
+        return [self._resolved(a, run, reason) for a in run.alerts.values() if a.firing]
+
+    def stalled(self, run_id: str, stalled: bool) -> None:
+        """The run's data stopped (a no-data rule fired) or resumed."""
+        run = self._runs.get(run_id)
+        if run is not None and not run.life.ended:
+            run.life.state = "stalled" if stalled else "running"
+
+    def life(self, run_id: str) -> RunLife | None:
+        run = self._runs.get(run_id)
+        return run.life if run is not None else None
+
+    def lives(self) -> dict[str, RunLife]:
+        return {name: run.life for name, run in self._runs.items()}
+
+    def firing(self) -> list[Transition]:
+        return [
+            self._transition(a, "firing", a.last[0], a.last[1], None)
+            for run in self._runs.values()
+            for a in run.alerts.values()
+            if a.firing
+        ]
+
+    # --- what is shown ---
+
+    def _render(
+        self,
+        alert: LogAlert,
+        rule: m.Rule,
+        event: TextEvent,
+        matched: str,
+        step: int,
+        groups: dict[str, str],
+    ) -> str:
+        where = f"{event.path}:{event.line}"
+        quoted = "\n".join(f"  {line}" for line in alert.telling[1:])
+        default = f"{alert.telling[0]} ({where})" + (f"\n{quoted}" if quoted else "")
+        if rule.message is None:
+            return default
+        fields: dict[str, Any] = {
+            "run": alert.run, "rule": rule.name, "severity": rule.severity,
+            "metric": LOG_METRIC, "canonical": LOG_METRIC, "value": float(alert.matches),
+            "step": step, "wall_time": event.wall_time, "evidence": default,
+            "runbook": rule.runbook or "", "labels": alert.labels, "match": matched,
+            "path": event.path, "line": event.line,
+        }  # fmt: skip
+        try:
+            return rule.message.format_map(fields) + (f"\n{quoted}" if quoted else "")
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            return f"{default} (message template of {rule.name} failed: {exc})"
+
+    def _resolved(self, alert: LogAlert, run: _Run, reason: str) -> Transition:
+        alert.firing = False
+        return self._transition(alert, "resolved", run.life.step, alert.last[1], reason)
+
+    def _transition(
+        self, alert: LogAlert, state: str, step: int, wall: float, reason: str | None
+    ) -> Transition:
+        rule, event = alert.rule, alert.event
+        message = alert.message if state == "firing" else f"resolved ({reason}): log at step {step}"
+        log = None
+        if event is not None:
+            log = {"path": event.path, "line": event.line, "lines": list(alert.telling)}
+        return Transition(
+            run=alert.run,
+            rule=rule.name,
+            severity=rule.severity,
+            state="firing" if state == "firing" else "resolved",
+            step=step,
+            wall_time=wall,
+            metric=LOG_METRIC,
+            value=float(alert.matches),
+            message=message,
+            canonical=LOG_METRIC,
+            family=rule.group,
+            reason=reason,
+            runbook=rule.runbook,
+            labels=dict(alert.labels),
+            log=log,
+        )
+
+
+def _cause(template: str | None, groups: dict[str, str], line: str) -> str:
+    if template is None:
+        return line
+    try:
+        return template.format_map(groups)
+    except (ValueError, KeyError, IndexError):
+        return template
+
+
+def _reached(
+    span: m.Span | None, first: tuple[int, float], last: tuple[int, float], n: int
+) -> bool:
+    if span is None or span.amount <= 0:
+        return True
+    if span.unit == "points":
+        return n >= span.amount
+    if span.unit == "steps":
+        return last[0] - first[0] >= span.amount
+    return _elapsed(last[1], first[1]) >= span.amount
+
+
+def _gap(
+    span: m.Span, last: tuple[int, float], step: int, wall: float, *, strictly: bool = False
+) -> bool:
+    """No match for as long as `span` since `last` (longer, `strictly`; points: never)."""
+    gap: float
+    if span.unit == "steps":
+        gap = step - last[0]
+    elif span.unit == "seconds":
+        gap = _elapsed(wall, last[1])
+    else:
+        return False
+    return gap > span.amount if strictly else gap >= span.amount
+
+
+def _elapsed(later: float, earlier: float) -> float:
+    return later - earlier if math.isfinite(later) and math.isfinite(earlier) else 0.0

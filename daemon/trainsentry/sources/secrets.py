@@ -1,0 +1,59 @@
+"""Secrets in what jobs print, hidden before a line is kept, quoted or sent anywhere.
+
+A training job's stdout is full of credentials by accident: a Hugging Face
+token in a `huggingface-cli login` echo, an `Authorization: Bearer` header in
+a failed request's debug log, a database URL with its password in an
+exception, an AWS key in an environment dump. The daemon quotes log lines in
+alerts, notifications and incident bundles, so every text line is masked as
+it is decoded (sources/textlog.py), before the store, the rules or any sink
+sees it: nothing downstream can leak what it never held.
+
+What is masked: tokens of the shapes their issuers publish (`hf_`, `ghp_`/
+`gho_`/`ghs_`/`github_pat_`, `sk-`/`sk-proj-`, `xox[abpr]-`, `AKIA`/`ASIA`
+access key ids, JWTs), the value after `Bearer`/`Basic`/`token`, after
+`password=`, `secret=`, `api_key=` and the like, and the password of
+`user:pass@host` in URLs. The kind stays readable (`hf_****`) so a person
+still sees which credential was exposed and can rotate it.
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "****"
+
+# (pattern, replacement): applied in order to each line
+_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    # user:password@ in a URL (https://user:pw@host, postgres://u:p@db)
+    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), rf"\1{MASK}@"),
+    # HTTP authorization headers and their look-alikes
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1\2{MASK}"),
+    # key=value and key: value pairs whose key says it is secret
+    (
+        re.compile(
+            r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
+            r"[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]{3,})"
+        ),
+        rf"\1{MASK}",
+    ),
+    # issuer-shaped tokens
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), f"hf_{MASK}"),
+    (re.compile(r"\b(gh[pousr]_)[A-Za-z0-9]{20,}"), rf"\1{MASK}"),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), f"github_pat_{MASK}"),
+    (re.compile(r"\b(sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"), rf"\1{MASK}"),
+    (re.compile(r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}"), rf"\1{MASK}"),
+    (re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"), rf"\1{MASK}"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), f"jwt-{MASK}"),
+)
+# A line with none of these cannot hold a secret of the shapes above: most lines
+# skip the regexes altogether (a fleet's stdout is mostly progress bars).
+_HINT = re.compile(r"(?i)://|bearer|basic|token|pass|pwd|secret|key|hf_|gh|sk-|xox|AKIA|ASIA|eyJ")
+
+
+def mask_secrets(line: str) -> str:
+    """The line with every credential it shows replaced by ****, its kind kept."""
+    if _HINT.search(line) is None:
+        return line
+    for pattern, replacement in _RULES:
+        line = pattern.sub(replacement, line)
+    return line

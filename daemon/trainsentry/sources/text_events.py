@@ -1,0 +1,166 @@
+"""Lines of a job's text log grouped into events: a traceback is one, not twenty.
+
+What a crashed job says is several lines that mean one thing: Python's
+traceback from `Traceback (most recent call last):` to its exception line,
+chained exceptions (`During handling of the above exception, another
+exception occurred:`, `The above exception was the direct cause of the
+following exception:`) included; the C++ report PyTorch's c10d watchdog
+writes (`[E ProcessGroupNCCL.cpp:...] ... Watchdog caught collective
+operation timeout`, `terminate called after throwing an instance of ...`,
+`what():`, `Exception raised from ...`, `frame #0: ...`). A rule matches an
+event and an alert quotes it whole, so the exception line and the frames
+above it travel together. Every other line is an event of its own.
+
+Where an event ends is only known when the next line comes: an exception
+line may be followed by a chained one. A job that crashed writes nothing
+more, so at the end of what was written (`at_eof`) a finished traceback or
+report is let go rather than held for a line that never comes; a chain cut
+by that read arrives as a second event of the same alert. A traceback whose
+frames are still being written is held (it has no exception line yet),
+bounded by MAX_EVENT_LINES.
+
+torchrun prefixes each line of a rank's output with `[rank0]:` (or
+`[default0]:`); grouping looks past that prefix and the event keeps the
+lines as written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_EVENT_LINES = 400  # a longer traceback (deep recursion) is cut into events this long
+MAX_LINE_CHARS = 2000  # a longer line is cut: alerts quote lines, they do not archive them
+
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+TRACEBACK = "Traceback (most recent call last):"
+_CHAINS = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+# lines that go on an exception's own message or the C++ stack under it
+_CONTINUES_EXCEPTION = re.compile(
+    r"^(?:\s|frame #\d+|Exception raised from |CUDA kernel errors might|For debugging consider"
+    r"|Compile with `TORCH_USE_CUDA_DSA`|Device-side assertions? )"
+)
+# glog's prefix, as c10d writes it: `[E ProcessGroupNCCL.cpp:475]` (older) or
+# `[E1202 13:00:00.123456 1234 ProcessGroupNCCL.cpp:1234]` (newer)
+_GLOG = r"\[[EF][\d\s:.]*\s+\S+\.(?:cpp|cc|h):\d+\]"
+# the first line of a C++ / c10d report, and the lines that continue one
+_REPORT_START = re.compile(rf"^(?:{_GLOG}|terminate called after throwing|Fatal Python error:)")
+_CONTINUES_REPORT = re.compile(
+    rf"^(?:\s|{_GLOG}|frame #\d+|Exception raised from |what\(\):|Thread 0x|Current thread 0x"
+    r"|Stack \(most recent call first\)|Extension modules:|Fatal Python error:|\S+, line \d+ in "
+    r"|terminate called after throwing)"
+)
+_LEVEL = re.compile(r"\b(CRITICAL|FATAL|ERROR|WARNING|WARN)\b")
+
+IDLE, FRAMES, EXCEPTION, REPORT = "idle", "frames", "exception", "report"
+
+
+def clean(raw: str) -> str:
+    """A line as a person reads it: colours gone, a progress bar's last frame (after its
+    carriage returns), cut at MAX_LINE_CHARS."""
+    if "\r" in raw:
+        parts = [p for p in raw.split("\r") if p.strip()]
+        raw = parts[-1] if parts else ""
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)
+    return raw[:MAX_LINE_CHARS]
+
+
+def level_of(line: str) -> str:
+    """The logging level a plain line names near its start ("error", "warning"), else ""."""
+    found = _LEVEL.search(line, 0, 80)
+    if found is None:
+        return ""
+    word = found.group(1).lower()
+    return {"fatal": "critical", "warn": "warning"}.get(word, word)
+
+
+@dataclass(slots=True)
+class Grouped:
+    """An event found: the number of its first line, its lines, its kind."""
+
+    line: int
+    lines: list[str]
+    kind: str
+
+
+@dataclass(slots=True)
+class Grouper:
+    """Feeds on numbered lines one by one; hands back the events they complete."""
+
+    state: str = IDLE
+    start: int = 0
+    held: list[str] = field(default_factory=list)
+    blanks: int = 0  # blank lines after an exception line: kept only if a chain follows
+
+    def push(self, number: int, line: str, out: list[Grouped]) -> None:
+        bare = _RANK_PREFIX.sub("", line, count=1) if line.startswith("[") else line
+        state = self.state
+        if state == IDLE:
+            self._idle(number, line, bare, out)
+            return
+        if len(self.held) >= MAX_EVENT_LINES:
+            self.flush(out)
+            self._idle(number, line, bare, out)
+            return
+        if state == FRAMES:
+            if bare.strip() and not bare[0].isspace() and bare != TRACEBACK and bare not in _CHAINS:
+                self.state = EXCEPTION  # the exception line
+            self.held.append(line)
+        elif state == EXCEPTION:
+            if not bare.strip():
+                self.blanks += 1
+            elif bare in _CHAINS or bare == TRACEBACK:
+                self.held.extend([""] * self.blanks)
+                self.held.append(line)
+                self.blanks, self.state = 0, FRAMES
+            elif not self.blanks and _CONTINUES_EXCEPTION.match(bare):
+                self.held.append(line)
+            else:
+                self.flush(out)
+                self._idle(number, line, bare, out)
+        elif not bare.strip():
+            self.blanks += 1
+        elif _CONTINUES_REPORT.match(bare):
+            self.held.extend([""] * self.blanks)
+            self.held.append(line)
+            self.blanks = 0
+        else:
+            self.flush(out)
+            self._idle(number, line, bare, out)
+
+    def _idle(self, number: int, line: str, bare: str, out: list[Grouped]) -> None:
+        if bare == TRACEBACK or bare in _CHAINS:
+            self.state, self.start, self.held = FRAMES, number, [line]
+        elif _REPORT_START.match(bare):
+            self.state, self.start, self.held = REPORT, number, [line]
+        elif line.strip():
+            out.append(Grouped(number, [line], "line"))
+
+    def end_of_data(self, out: list[Grouped]) -> None:
+        """Nothing more was written for now: a finished event is let go (see the module)."""
+        if self.state in (EXCEPTION, REPORT):
+            self.flush(out)
+
+    def flush(self, out: list[Grouped]) -> None:
+        if self.held:
+            kind = "report" if self.state == REPORT else "traceback"
+            out.append(Grouped(self.start, self.held, kind))
+        self.state, self.held, self.blanks = IDLE, [], 0
+
+    def snapshot(self) -> dict[str, Any]:
+        if self.state == IDLE:
+            return {}
+        return {"state": self.state, "start": self.start, "held": list(self.held)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        held = state.get("held")
+        if state.get("state") in (FRAMES, EXCEPTION, REPORT) and isinstance(held, list):
+            self.state, self.held = state["state"], [str(x) for x in held][:MAX_EVENT_LINES]
+            start = state.get("start")
+            self.start = start if isinstance(start, int) else 0
