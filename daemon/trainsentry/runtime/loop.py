@@ -282,7 +282,10 @@ class Daemon:
             now.append(nothing_readable(root.top, [t.log for t in mine]))
         for line in now:
             if line not in said:
-                log.warning("%s", line)
+                # an empty root is a job yet to start (the demo's, a launcher's): said
+                # quietly; files that are no log are what a user must hear of
+                empty = line.endswith("; found no files")
+                log.log(logging.INFO if empty else logging.WARNING, "%s", line)
         self.nothing_readable = tuple(now)
 
     def _check_watches(self) -> None:
