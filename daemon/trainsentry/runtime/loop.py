@@ -337,6 +337,7 @@ class Daemon:
         a second walk of a huge tree would double the cost of every sweep.
         """
         walked = 0
+        followed = False
         for root in self.roots:
             if top != root.top and root.top not in top.parents:
                 continue
@@ -361,8 +362,9 @@ class Daemon:
                     self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
                     self._pending.add(key)
                     log.info("following %s (run %s)", key, found.run)
-                    if self.nothing_readable:  # a root said to hold nothing may hold this
-                        self._survey()
+                    followed = True
+        if followed and self.nothing_readable:  # a root said to hold nothing may hold these
+            self._survey()  # once for the walk: each survey walks the empty roots again
         return walked
 
     def _room_for(self, run: str) -> bool:
@@ -432,11 +434,12 @@ class Daemon:
                 self._on_error(err)
             points = 0
             if got.rows or got.others:
-                points = sum(len(r[3]) for _, rows in got.batches() for r in rows)
+                batches = got.batches()
+                points = sum(len(r[3]) for _, rows in batches for r in rows)
                 log.info("read %d points from %s", points, key)
                 delivered += points
                 self.stats.points += points
-                for run, rows in got.batches():
+                for run, rows in batches:
                     for sink in self.sinks:
                         sink(run, rows)
             if got.events and self._on_events is not None:
