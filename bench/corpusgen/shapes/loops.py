@@ -110,7 +110,7 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
         else:
             tbx.close()
     if tf2:
-        series = {"loss": ["train", "loss"], "val_loss": ["test", "loss"]}
+        series = {"loss": ["", "train/loss"], "val_loss": ["", "test/loss"]}
         version = "tensorboard EventFileWriter (TF2 tensor scalars)"
     else:
         series = {"loss": ["", "Loss/train"], "val_loss": ["", "Loss/test"]}

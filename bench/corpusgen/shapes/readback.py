@@ -17,17 +17,25 @@ import math
 from pathlib import Path
 
 SPLITS = ("train", "validation")
+PAIRED = ("test",)  # TF2's tutorial: a test/ writer is a split beside a train/ one
 Series = dict[tuple[str, str], list[tuple[int, float]]]
 
 
 def _run_and_prefix(directory: Path, run_dir: Path) -> tuple[str, str]:
+    if directory.name in PAIRED and (directory.parent / "train").is_dir():
+        return _parent(directory, run_dir), directory.name + "/"
     if directory.name in SPLITS and directory != run_dir:
         below = directory.parent != run_dir
-        beside = any((directory.parent / s).is_dir() for s in SPLITS if s != directory.name)
-        if below or beside:
-            return directory.parent.relative_to(run_dir).as_posix(), directory.name + "/"
+        others = [s for s in SPLITS + PAIRED if s != directory.name]
+        if below or any((directory.parent / s).is_dir() for s in others):
+            return _parent(directory, run_dir), directory.name + "/"
     rel = directory.relative_to(run_dir).as_posix()
     return ("" if rel == "." else rel), ""
+
+
+def _parent(directory: Path, run_dir: Path) -> str:
+    rel = directory.parent.relative_to(run_dir).as_posix()
+    return "" if rel == "." else rel
 
 
 def read_series(run_dir: Path) -> Series:

@@ -52,6 +52,8 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "val/loss",
         "valid/loss",
         "validation/loss",
+        "test/loss",  # TF2's tf.summary tutorial: a test/ writer beside train/
+        "Loss/test",
         "val_loss_epoch",  # Lightning on_step=True, on_epoch=True in validation_step
         "val/loss_epoch",  # ... logged as "val/loss", as W&B users name it
         "probe/val_loss",

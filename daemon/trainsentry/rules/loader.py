@@ -6,7 +6,7 @@ file should see the whole list at once, as a compiler does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,9 @@ class ParsedFile:
     disabled: list[str]  # names with `enabled: false`: they remove a rule of an earlier file
     aliases: dict[str, list[str]]
     none_meant: bool = False  # `rules: []`, said in so many words
+    # `enabled: false` with a whole body: off, until a later file says `{name, enabled: true}`
+    dormant: list[Rule] = field(default_factory=list)
+    switched_on: list[tuple[str, str]] = field(default_factory=list)  # (name, file:line:col)
 
 
 def parse_text(text: str, name: str = "<rules>") -> ParsedFile:
@@ -84,10 +87,16 @@ def parse_text(text: str, name: str = "<rules>") -> ParsedFile:
     parsed.none_meant = spec is not None and "rules" in spec.model_fields_set and not spec.rules
     for i, rule in enumerate(spec.rules if spec else ()):
         mark = doc.values.get(("rules", i, "name"))
-        if rule.enabled:
-            parsed.rules.append(rule.to_rule(f"{name}:{mark.line + 1}" if mark else name))
+        origin = f"{name}:{mark.line + 1}" if mark else name
+        if rule.enabled and rule.switch_only():
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            parsed.switched_on.append((rule.name, where))
+        elif rule.enabled:
+            parsed.rules.append(rule.to_rule(origin))
         else:
             parsed.disabled.append(rule.name)
+            if rule.has_condition():
+                parsed.dormant.append(rule.to_rule(origin))
     if doc.errors:
         raise RuleFileError(doc.rendered())
     return parsed
@@ -134,6 +143,7 @@ def load_rules(rule_paths: list[str] | None = None, *, alone: bool = False) -> R
     paths = expand_paths(rule_paths or [DEFAULT_PACK])
     errors: list[str] = []
     rules: dict[str, Rule] = {}
+    dormant: dict[str, Rule] = {}
     alias_files: list[dict[str, list[str]]] = []
     none_meant = False
     for path in paths:
@@ -147,12 +157,22 @@ def load_rules(rule_paths: list[str] | None = None, *, alone: bool = False) -> R
         except RuleFileError as exc:
             errors.extend(exc.errors)
             continue
-        none_meant = none_meant or parsed.none_meant or bool(parsed.disabled)
+        none_meant = (
+            none_meant or parsed.none_meant or bool(parsed.disabled) or bool(parsed.switched_on)
+        )
         for gone in parsed.disabled:
             rules.pop(gone, None)
+            dormant.pop(gone, None)
+        dormant.update((rule.name, rule) for rule in parsed.dormant)
         for rule in parsed.rules:
             rules.pop(rule.name, None)
+            dormant.pop(rule.name, None)
             rules[rule.name] = rule
+        for wanted, where in parsed.switched_on:
+            if wanted in dormant:
+                rules[wanted] = dormant.pop(wanted)
+            elif wanted not in rules and not alone:  # checked by itself: its pack is not here
+                errors.append(f"{where}: no rule {wanted!r} in an earlier file to switch on")
         alias_files.append(parsed.aliases)
     if not errors and not rules and not none_meant and not alone:
         errors.append(

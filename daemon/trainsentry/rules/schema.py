@@ -316,6 +316,8 @@ class RuleSpec(Strict):
         found = [k for k in CONDITIONS if getattr(self, k) is not None]
         if not self.enabled and not found:  # `- {name: loss_plateau, enabled: false}`
             return self
+        if not found and self.switch_only():  # `- {name: val_loss_stagnation, enabled: true}`
+            return self
         if len(found) != 1:
             kinds = ", ".join(CONDITIONS)
             detail = "none" if not found else ", ".join(found)
@@ -327,6 +329,14 @@ class RuleSpec(Strict):
         if self.metric is None and self.tag is None and found[0] not in ("no_data", "pattern"):
             raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
         return self
+
+    def has_condition(self) -> bool:
+        return any(getattr(self, k) is not None for k in CONDITIONS)
+
+    def switch_only(self) -> bool:
+        """`{name, enabled: true}` and nothing else: switch on a rule an earlier file
+        ships switched off (`enabled: false` with its whole body)."""
+        return self.enabled and self.model_fields_set <= {"name", "enabled"}
 
     def kind(self) -> str:
         return next(k for k in CONDITIONS if getattr(self, k) is not None)

@@ -29,9 +29,11 @@ from trainsentry.sources.names import safe_name
 
 # Keras' TensorBoard callback writes one event writer per split, in these directories
 # of its log_dir: such a directory is a split of the run above it, not a run (see
-# run_of for when it is one all the same). eval/ and test/ are runs: no Keras writer
-# makes them.
+# run_of for when it is one all the same). TF2's tf.summary tutorial pairs a train/
+# writer with a test/ one: test/ is a split only beside a train/. eval/ is a run: no
+# framework's writer pairs it.
 SPLIT_DIRS = frozenset({"train", "validation"})
+PAIRED_SPLIT_DIRS = frozenset({"test"})
 
 _NOT_EVENTS = (
     ".profile-empty", ".pb", ".tmp", ".py", ".md", ".txt", ".json", ".jsonl", ".yaml", ".yml",
@@ -125,14 +127,15 @@ def run_of(directory: Path, root: Path, root_name: str, top: Path | None = None)
     is below the path given (`top`: `top/exp/train`) or the path given is
     Keras' log_dir (its `train/` has a `validation/` beside it); a lone
     `train/` directly in the path given is a run of that name, whose job finds
-    its stop file in it. Judged against the path given, not against what run
+    its stop file in it. A `test/` beside a `train/` is the test writer of TF2's
+    tf.summary tutorial, wherever it is. Judged against the path given, not against what run
     ids are named from, so `run top` and `replay top` agree.
     """
     rel = os.path.relpath(directory, root)
     parts = [] if rel == "." else [safe_name(p) for p in rel.split(os.sep)]
     prefix = ""
     below = directory.parent != (top if top is not None else root)
-    if parts and parts[-1] in SPLIT_DIRS and (below or _beside_a_split(directory)):
+    if parts and _is_split(directory, below):
         prefix = parts.pop() + "/"
     if not parts:
         return safe_name(root_name), prefix
@@ -246,8 +249,14 @@ class Root:
         return out, walked
 
 
-def _beside_a_split(directory: Path) -> bool:
-    return any((directory.parent / other).is_dir() for other in SPLIT_DIRS - {directory.name})
+def _is_split(directory: Path, below: bool) -> bool:
+    name = directory.name
+    if name in PAIRED_SPLIT_DIRS:
+        return (directory.parent / "train").is_dir()
+    if name not in SPLIT_DIRS:
+        return False
+    others = (SPLIT_DIRS | PAIRED_SPLIT_DIRS) - {name}
+    return below or any((directory.parent / other).is_dir() for other in others)
 
 
 def _home(path: Path) -> Path:

@@ -12,6 +12,7 @@ import json
 import math
 import random
 from collections.abc import Callable
+from importlib.resources import files
 
 import pytest
 from hypothesis import given, settings
@@ -26,7 +27,8 @@ from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
 from trainsentry.rules.model import Pattern
 
-PACK = load_rules()
+# with the pack's one rule shipped off (val_loss_stagnation) switched on, as its file does
+PACK = load_rules(["default", str(files("trainsentry") / "packs" / "early_stopping.yaml")])
 ONSET = 4000
 Series = dict[str, list[list[float]]]  # tag -> [[step, wall, value], ...]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,24 @@ def test_a_rule_of_the_pack_is_dropped_by_its_name_alone(tmp_path: Path) -> None
     mine.write_text("rules:\n  - name: loss_plateau\n    enabled: false\n")
     names = {r.name for r in load_rules(["default", str(mine)]).rules}
     assert "loss_plateau" not in names and "loss_non_finite" in names
+
+
+def test_a_rule_shipped_off_is_switched_on_by_its_name_alone(tmp_path: Path) -> None:
+    assert "val_loss_stagnation" not in {r.name for r in load_rules().rules}
+    on = tmp_path / "on.yaml"
+    on.write_text("rules:\n  - {name: val_loss_stagnation, enabled: true}\n")
+    rules = {r.name: r for r in load_rules(["default", str(on)]).rules}
+    assert rules["val_loss_stagnation"].condition.window == Span(10, "points")  # type: ignore[union-attr]
+    # the shipped file does the same; a switch with nothing to switch names its line
+    shipped = str(files("trainsentry") / "packs" / "early_stopping.yaml")
+    assert "val_loss_stagnation" in {r.name for r in load_rules(["default", shipped]).rules}
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("rules:\n  - {name: val_loss_stagnaton, enabled: true}\n")
+    with pytest.raises(RuleFileError) as info:
+        load_rules(["default", str(typo)])
+    assert info.value.errors == [
+        f"{typo}:2:12: no rule 'val_loss_stagnaton' in an earlier file to switch on"
+    ]
 
 
 @pytest.mark.parametrize(("text", "where"), [("", "1:1"), ("rules:\n", "1:7"), ("# x\n", "1:1")])

@@ -132,6 +132,20 @@ def test_notes_and_sources_about_event_files_are_not_event_files() -> None:
     assert classify("x_tfevents.jsonl") == "jsonl" and classify("tfevents.csv") == "csv"
 
 
+def test_test_beside_train_is_the_tf2_tutorials_split_and_alone_a_run(tmp_path: Path) -> None:
+    tf2 = tmp_path / "logs" / "gradient_tape" / "20261202-170000"  # the guide's layout
+    for split in ("train", "test"):
+        (tf2 / split).mkdir(parents=True)
+        (tf2 / split / "events.out.tfevents.1.h").write_bytes(b"")
+    (tmp_path / "logs" / "other" / "test").mkdir(parents=True)
+    (tmp_path / "logs" / "other" / "test" / "metrics.jsonl").write_text("{}\n")
+    assert {(f.run, f.tag_prefix) for f in Root.watched(tmp_path / "logs").scan()} == {
+        ("gradient_tape/20261202-170000", "train/"),
+        ("gradient_tape/20261202-170000", "test/"),
+        ("other/test", ""),
+    }
+
+
 def test_train_and_validation_are_keras_splits_only_where_keras_puts_them(
     tmp_path: Path,
 ) -> None:
