@@ -105,6 +105,10 @@ def fault_loss_runaway(run: Series) -> None:
     after(run["train/loss"], lambda d, v: v * 4 ** min(d / 5, 100))  # ×4 per logged point
 
 
+def fault_loss_explosion(run: Series) -> None:
+    after(run["train/loss"], lambda d, v: 1e5 * v)  # an lr jump: orders of magnitude at once
+
+
 def fault_level_shift(run: Series) -> None:
     after(run["train/loss"], lambda d, v: 5 * v)  # a resume with the lr ×10: worse for good
 
@@ -192,6 +196,7 @@ FAULTS = {
     "loss_divergence": fault_loss_divergence,
     "loss_runaway": fault_loss_runaway,
     "loss_plateau": fault_loss_plateau,
+    "loss_explosion": fault_loss_explosion,
     "loss_level_shift": fault_level_shift,
     "epoch_loss_level_shift": fault_epoch_level_shift,
     "lr_jump": fault_lr_jump,
