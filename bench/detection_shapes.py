@@ -15,7 +15,9 @@ Measures, per shape, against the issue's targets:
 - crashes: a critical by the first logged point that shows the crash, and the
   lead before the crash in steps and logging intervals (negative: after);
 - pages per incident: a run's firing transitions grouped into one page until
-  every alert of that trainsentry run has resolved; a fault's incident is
+  every alert of that trainsentry run, and of the runs of its job (the
+  notifier's `same_job`: Keras' CSV run and its TensorBoard run below it),
+  has resolved; a fault's incident is
   the pages that start at or after onset (target: 1);
 - flaps: a firing of a rule on a series after a "recovered" resolve of the
   same rule and series (target: none);
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from corpusgen.shapes.spec import SHAPES, on_epoch_axis
 
+from trainsentry.alert import same_job
 from trainsentry.point import Point
 from trainsentry.sources.reading import iter_points
 
@@ -163,7 +166,7 @@ def engine(rule_paths: list[str] | None) -> Callable[[ShapeRun], Replay]:
                 if (t.run, *key) in recovered and t.escalated_from is None:
                     out.flaps.append(str(firing))
                     recovered.discard((t.run, *key))
-                if not live:
+                if not any(alerts for r, alerts in active.items() if same_job(r, t.run)):
                     out.pages.append(Page(firing))
                 out.pages[-1].firings.append(firing)
                 live.add(key)

@@ -21,6 +21,23 @@ from typing import Any, Literal, cast
 Severity = Literal["warning", "critical"]
 State = Literal["firing", "resolved"]
 AlertKey = tuple[str, str, str]  # (run, rule, metric): one alert across escalation and resolve
+
+
+def same_job(run: str, other: str) -> bool:
+    """Whether two runs are one job's, so their alerts make one incident.
+
+    Run ids are directory paths, and a job that writes with two loggers puts
+    one log inside the other's directory: Keras' CSVLogger in the job's
+    directory beside the TensorBoard callback's `logs/`, a Slurm output above
+    the job's MLflow store. A run and the runs below it are one job; siblings
+    (`sweep/a`, `sweep/b`) are not.
+    """
+    if run == other:
+        return True
+    inner, outer = (run, other) if len(run) > len(other) else (other, run)
+    return inner.startswith(outer) and inner[len(outer)] == "/"
+
+
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
 
 
@@ -169,6 +186,9 @@ class Notice:
     peak_step: int | None = None
     run_dir: str | None = None  # for an action
     command: Command | None = None  # for an action
+    # the incident this firing joins, for a receiver already paged for it:
+    # "loss_non_finite at step 5 of exp" (its update, not a page of its own)
+    joins: str | None = None
 
     @property
     def resolved(self) -> bool:
@@ -220,5 +240,5 @@ class Notice:
 
 _OPTIONAL = (
     "since", "threshold", "link", "incident", "first_step", "first_wall", "reason",
-    "duration", "peak", "peak_step", "run_dir",
+    "duration", "peak", "peak_step", "run_dir", "joins",
 )  # fmt: skip

@@ -7,10 +7,20 @@ terminal says the same: a later firing line says which incident it joins.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from support.daemon_process import DaemonProcess
 from support.notify_endpoints import HttpReceiver
+
+
+def _daemon(tmp_path: Path, receiver: HttpReceiver) -> DaemonProcess:
+    return DaemonProcess(
+        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", "off",
+        "--history", "all", "--notify", f"json://{receiver.url}/hook",
+        "--group-interval", "3s", merge_stderr=True,
+    )  # fmt: skip
 
 
 def test_a_runs_later_criticals_join_its_page_and_the_terminal_says_so(tmp_path: Path) -> None:
@@ -19,11 +29,7 @@ def test_a_runs_later_criticals_join_its_page_and_the_terminal_says_so(tmp_path:
     log = run / "metrics.jsonl"
     log.write_text("".join(f'{{"step": {s}, "loss": 1.0, "grad_norm": 1.0}}\n' for s in range(5)))
     receiver = HttpReceiver()
-    daemon = DaemonProcess(
-        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", "off",
-        "--history", "all", "--notify", f"json://{receiver.url}/hook",
-        "--group-interval", "3s", merge_stderr=True,
-    )  # fmt: skip
+    daemon = _daemon(tmp_path, receiver)
     try:
         with log.open("a") as f:
             f.write('{"step": 5, "loss": NaN, "grad_norm": 1.0}\n')
@@ -44,3 +50,49 @@ def test_a_runs_later_criticals_join_its_page_and_the_terminal_says_so(tmp_path:
     assert page["title"].startswith("[CRITICAL] exp: loss_non_finite")
     assert "2 alerts" in update["title"] and "grad_norm_non_finite" in update["title"]
     assert len(receiver.requests) == 2  # the two later ones came as one update, not two pages
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # keras/numpy 2 noise
+def test_keras_with_both_loggers_is_one_job_one_page(tmp_path: Path) -> None:
+    """A Keras fit logging twice: CSVLogger in the job's directory and TensorBoard
+    below it (Keras' own TensorBoard callback needs TensorFlow, so torch's
+    SummaryWriter at each epoch's end, as a torch-backend user writes it). Two runs,
+    one job: a NaN trips loss_non_finite in both, and a person is paged once; the
+    terminal says the second joins the first."""
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras")
+    import numpy as np
+    from torch.utils.tensorboard import SummaryWriter
+
+    job = tmp_path / "logs" / "job"
+    job.mkdir(parents=True)
+    x = np.ones((16, 3), "float32")
+    x[0, 0] = np.nan  # a corrupt sample upstream: every epoch's loss is NaN
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    board = SummaryWriter(str(job / "tb"))
+    callbacks = [
+        keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: board.add_scalar("epoch_loss", logs["loss"], epoch)
+        ),
+        keras.callbacks.CSVLogger(str(job / "training.log")),
+    ]
+    model.fit(x, np.zeros((16, 1), "float32"), epochs=3, verbose=0, callbacks=callbacks)
+    board.close()
+    receiver = HttpReceiver()
+    daemon = _daemon(tmp_path, receiver)
+    try:
+        daemon.wait_for_text("joins the incident opened by loss_non_finite")
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 2, timeout=60)  # page, then update
+    finally:
+        daemon.stop()
+        receiver.close()
+    page, update = (r.json() for r in receiver.requests[:2])
+    first, second = sorted(
+        ["job", "job/tb"], key=lambda r: not page["title"].startswith(f"[CRITICAL] {r}:")
+    )
+    assert page["title"] == f"[CRITICAL] {first}: loss_non_finite: loss at step 0 is nan"
+    assert update["title"].startswith(
+        f"[CRITICAL] {second}: update to the incident of loss_non_finite at step 0 of {first}: "
+    )
+    assert len(receiver.requests) == 2

@@ -15,7 +15,8 @@ firing book (what is firing now, since when, who was told) lives in memory
 and is saved with the engine's state (snapshot.py), so after a restart what
 was firing is still repeated, re-sent to Alertmanager, and resolved.
 
-A page means "act now", so a person gets one per run per incident. Once a
+A page means "act now", so a person gets one per run per incident (a run and
+the runs in its sub-directories are one job's: `alert.same_job`). Once a
 run's first critical has been told to a receiver, its later criticals (the
 epoch loss after the step loss, every layer's norm after the total) join that
 incident: they leave together at most every `group_interval`, as an update,
@@ -38,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition
+from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition, same_job
 from trainsentry.alerts.route import Route
 
 BACKOFF_FIRST_SECONDS = 1.0
@@ -137,11 +138,19 @@ class FiringBook:
         told = [
             when
             for k, e in self._firing.items()
-            if k != key and k[0] == run and e.resolving is None
+            if k != key and same_job(k[0], run) and e.resolving is None
             and (not critical or e.told_severity == "critical")
             and (when := e.receivers.get(receiver)) is not None
         ]  # fmt: skip
         return max(told, default=None)
+
+    def opener(self, run: str, key: AlertKey) -> Firing | None:
+        """The first-told alert of the open incident of `run`'s job, other than `key`."""
+        open_ = [
+            e for k, e in self._firing.items()
+            if k != key and same_job(k[0], run) and e.resolving is None and e.receivers
+        ]  # fmt: skip
+        return min(open_, key=lambda e: min(e.receivers.values()), default=None)
 
     def due_resolves(self, now: float) -> list[Any]:
         """The held resolves whose hold is over; their alerts leave the book."""

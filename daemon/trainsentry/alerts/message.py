@@ -83,6 +83,9 @@ def title(notices: list[Notice]) -> str:
         )
         rules = ", ".join(dict.fromkeys(n.alert.rule for n in notices))
         what = f"{len(notices)} alerts ({counts}): {rules}"
+    live = [n for n in notices if not n.resolved]
+    if live and all(n.joins for n in live):  # an incident's update, not a new page
+        what = f"update to the incident of {live[0].joins}: {what}"
     text = f"[{severity.upper()}] {run}: {what}"
     return text if len(text) <= TITLE_MAX else text[: TITLE_MAX - 1] + "…"
 
@@ -106,6 +109,8 @@ def section(n: Notice, now: float, resolved_later: bool = False) -> str:
         facts.append(f"- firing for {duration(now - n.since)} (since {when(n.since)})")
     if alert.escalated_from:
         facts.append(f"- escalated from {alert.escalated_from}")
+    if n.joins and not alert.resolved:
+        facts.append(f"- joins the incident opened by {n.joins}")
     if alert.runbook and not alert.resolved:
         facts.append(f"- runbook: {alert.runbook}")
     facts.extend(f"- action: {a}" for a in n.actions)

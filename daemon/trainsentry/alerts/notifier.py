@@ -19,6 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,12 @@ class Notifier:
             actions = self._act(t, rule, now, entries)
         notice = entry.notice("firing", now, actions)
         critical = t.severity == "critical"
+        opener = self.book.opener(t.run, t.key)
+        joining = notice
+        if opener is not None:
+            a = opener.alert
+            step = a.step if opener.first_step is None else opener.first_step
+            joining = replace(notice, joins=f"{a.rule} at step {step} of {a.run}")
         for route in self.routes:
             if route.kind == "command" or not route.accepts(t.severity, t.labels):
                 continue
@@ -217,7 +224,8 @@ class Notifier:
             key = notification_key(t, route.receiver, "firing")
             joins = self.book.joins(t.run, route.receiver, t.key, critical)
             due = due_time(route, t.severity, now, joins)
-            entries.append(Entry(key, route.receiver, t.run, t.severity, notice, due))
+            told = joining if joins is not None and route.group_interval > 0 else notice
+            entries.append(Entry(key, route.receiver, t.run, t.severity, told, due))
             entry.receivers[route.receiver] = now
         if critical or not entry.told_severity:
             entry.told_severity = t.severity

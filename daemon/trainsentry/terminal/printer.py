@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry.alert import AlertKey, Transition
+from trainsentry.alert import AlertKey, Transition, same_job
 from trainsentry.sinks.alert_log import AlertLog
 from trainsentry.stop_signals import signals_deferred
 from trainsentry.terminal import render as console
@@ -76,7 +76,13 @@ class AlertPrinter:
             if not run:
                 del self._open[t.run]
             return ""
-        others = [v for k, v in run.items() if k != t.key]
+        others = [
+            v
+            for r, alerts in self._open.items()
+            if same_job(r, t.run)
+            for k, v in alerts.items()
+            if k != t.key
+        ]
         run.setdefault(t.key, (t.rule, t.step))
         if not others or t.escalated_from:
             return ""

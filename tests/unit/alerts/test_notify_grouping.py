@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from support.notify_harness import T0, Harness, transition
 
+from trainsentry.alert import same_job
 from trainsentry.alerts.grouping import backoff, rate_allowed_at
 from trainsentry.alerts.route import GROUP_INTERVAL_SECONDS, GROUP_WAIT_SECONDS, Route
 from trainsentry.point import Point
@@ -172,6 +173,32 @@ def test_one_page_per_run_per_incident_later_criticals_join_it(tmp_path: Path) -
     h.notifier.submit([other])
     h.deliver()
     assert len(h.sink().messages) == 3
+
+
+def test_a_job_logged_twice_is_one_incident_its_siblings_are_not(tmp_path: Path) -> None:
+    """Keras with both callbacks: CSVLogger's run is the job's directory, TensorBoard's
+    its `logs/` below; one NaN trips loss_non_finite in both."""
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity="critical", rule="loss_non_finite", run="job/logs")])
+    h.deliver()
+    h.notifier.submit([transition(severity="critical", rule="loss_non_finite", run="job")])
+    h.deliver()
+    assert len(h.sink().messages) == 1  # the CSV run's alert joins, as an update later
+    h.advance(GROUP_INTERVAL_SECONDS)
+    assert [m.alerts[0].alert.run for m in h.sink().messages] == ["job/logs", "job"]
+    update = h.sink().messages[1]
+    assert update.title.startswith("[CRITICAL] job: update to the incident of loss_non_finite")
+    assert "- joins the incident opened by loss_non_finite at step" in update.body
+    assert "update" not in h.sink().messages[0].title
+    for sibling in ("job2", "jobs/logs"):  # a name that merely starts alike is another job
+        h.notifier.submit([transition(severity="critical", rule="loss_non_finite", run=sibling)])
+        h.deliver()
+    assert len(h.sink().messages) == 4
+
+
+def test_same_job_is_a_run_and_the_runs_below_it() -> None:
+    assert same_job("a/b", "a/b") and same_job("a/b", "a/b/logs") and same_job("a/b/c/d", "a/b")
+    assert not same_job("a/b", "a/bc") and not same_job("a/b", "a/c") and not same_job("a", "b")
 
 
 def test_a_critical_after_warnings_of_its_run_is_the_page(tmp_path: Path) -> None:
