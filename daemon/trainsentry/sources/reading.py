@@ -11,11 +11,13 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point, TextEvent
+from trainsentry.point import Point, RunEnd, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
 from trainsentry.sources.tail import TailRead
+
+TRACKER_KINDS = ("wandb", "mlflow_db", "mlflow_run")  # the logs that say how their runs ended
 
 
 def iter_batches(
@@ -89,6 +91,15 @@ def iter_events(
         if log.kind == "text":
             for got in _reads(log, on_error):
                 yield from got.events
+
+
+def iter_ends(paths: Iterable[str | Path]) -> Iterator[RunEnd]:
+    """What the trackers' stores say of how their runs ended (MLflow's run status, W&B's
+    exit record): what `replay` ends those runs with, after their points and events."""
+    for log in _logs(paths):
+        if log.kind in TRACKER_KINDS:
+            for got in _reads(log, None):
+                yield from got.ends
 
 
 def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:

@@ -24,15 +24,18 @@ is said once and not read.
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 import zlib
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf.message import DecodeError as DecodeProtoError
 
-from trainsentry.point import Row
+from trainsentry.point import Row, RunEnd, Trace
 from trainsentry.sources.base import Decoded, DecodeError, Shapes
+from trainsentry.sources.run_trace import section
 
 BLOCK = 32768
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
@@ -40,51 +43,63 @@ HEADER_LEN = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _FRAME = struct.Struct("<IHB")
 _TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(256)]
+SNAPSHOT_ENTRIES = 200  # of the trace kept in a checkpoint, said again after a restart
+
+
+# The part of `wandb_internal.Record` read here: per message, its fields as
+# `name=number:type` (W&B's numbers, wandb/proto/wandb_internal.proto), `*` for a
+# repeated field, `|` for the fields of the message's one oneof.
+_MESSAGES = {
+    "HistoryStep": "num=1:int64",
+    "HistoryItem": "key=1:string nested_key=2:*string integer=5:|sint64 number=6:|double "
+    "value_json=16:string",
+    "HistoryRecord": "item=1:*HistoryItem step=2:HistoryStep",
+    "ConfigItem": "key=1:string nested_key=2:*string value_json=16:string",
+    "ConfigRecord": "update=1:*ConfigItem",
+    "GitRepoRecord": "remote_url=1:string commit=2:string",
+    "RunRecord": "run_id=1:string project=3:string config=4:ConfigRecord "
+    "display_name=8:string host=13:string git=21:GitRepoRecord",
+    "RunExitRecord": "exit_code=1:int32",
+    "RunPreemptingRecord": "",
+    "Record": "history=2:|HistoryRecord config=5:|ConfigRecord run=17:|RunRecord "
+    "exit=18:|RunExitRecord preempting=23:|RunPreemptingRecord",
+}
+_ONEOF = {"HistoryItem": "value", "Record": "record_type"}
 
 
 def _record_class() -> Any:
-    """The part of `wandb_internal.Record` read here, as a protobuf class built at import.
+    """`_MESSAGES` as a protobuf class built at import.
 
     Built from a descriptor, not from wandb's generated module: the field numbers
-    and types are W&B's (wandb/proto/wandb_internal.proto), the parsing protobuf's
-    own C code, and every field not declared here is skipped as unknown.
+    and types are W&B's, the parsing protobuf's own C code, and every field not
+    declared here is skipped as unknown.
     """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     f = descriptor_pb2.FieldDescriptorProto
+    package = "trainsentry_wandb"
     proto = descriptor_pb2.FileDescriptorProto(
-        name="trainsentry/wandb_record.proto", package="trainsentry_wandb", syntax="proto3"
+        name="trainsentry/wandb_record.proto", package=package, syntax="proto3"
     )
-
-    def message(name: str, *fields: tuple[str, int, int, int, str]) -> Any:
+    for name, spec in _MESSAGES.items():
         msg = proto.message_type.add(name=name)
-        for field_name, number, kind, label, type_name in fields:
-            field = msg.field.add(name=field_name, number=number, type=kind, label=label)
-            if type_name:
-                field.type_name = type_name
-        return msg
-
-    one, many = f.LABEL_OPTIONAL, f.LABEL_REPEATED
-    message("HistoryStep", ("num", 1, f.TYPE_INT64, one, ""))
-    item = message(
-        "HistoryItem",
-        ("key", 1, f.TYPE_STRING, one, ""),
-        ("nested_key", 2, f.TYPE_STRING, many, ""),
-        ("integer", 5, f.TYPE_SINT64, one, ""),
-        ("number", 6, f.TYPE_DOUBLE, one, ""),
-        ("value_json", 16, f.TYPE_STRING, one, ""),
-    )
-    item.oneof_decl.add(name="value")
-    item.field[2].oneof_index = item.field[3].oneof_index = 0
-    message(
-        "HistoryRecord",
-        ("item", 1, f.TYPE_MESSAGE, many, ".trainsentry_wandb.HistoryItem"),
-        ("step", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryStep"),
-    )
-    message("Record", ("history", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryRecord"))
+        if name in _ONEOF:
+            msg.oneof_decl.add(name=_ONEOF[name])
+        for declared in spec.split():
+            field_name, rest = declared.split("=")
+            number, kind = rest.split(":")
+            field = msg.field.add(name=field_name, number=int(number))
+            field.label = f.LABEL_REPEATED if kind.startswith("*") else f.LABEL_OPTIONAL
+            if kind.startswith("|"):
+                field.oneof_index = 0
+            kind = kind.lstrip("*|")
+            if kind in _MESSAGES:
+                field.type, field.type_name = f.TYPE_MESSAGE, f".{package}.{kind}"
+            else:
+                field.type = getattr(f, f"TYPE_{kind.upper()}")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trainsentry_wandb.Record"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Record"))
 
 
 Record = _record_class()
@@ -99,6 +114,32 @@ def _json_number(raw: str) -> float | None:
         return None
 
 
+def _config_items(items: Any) -> list[tuple[str, str]]:
+    """A config record's items as trace entries: W&B's own `_wandb` keys left out, a
+    nested value's keys joined with `/` as history keys are, a string without its quotes."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key = item.key or "/".join(item.nested_key)
+        if key.startswith("_"):
+            continue
+        try:
+            value = json.loads(item.value_json) if item.value_json else None
+        except ValueError:
+            value = item.value_json
+        _flatten(key, value, out)
+    return out
+
+
+def _flatten(key: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(f"{key}/{k}", v, out)
+    elif isinstance(value, str):
+        out.append((key, value))
+    else:
+        out.append((key, json.dumps(value)))
+
+
 class WandbDecoder:
     """Bytes of a `.wandb` file → one Row per history record with numbers."""
 
@@ -106,10 +147,17 @@ class WandbDecoder:
         self._pos = 0  # the file offset of the next byte fed: blocks are aligned to it
         self._refused = False
         self._shapes = Shapes()
+        self._trace: Trace = {}  # what the run and config records said, for snapshots
+        self._ended: RunEnd | None = None
+        self._resend = False  # restored: say the trace and end again (restore)
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         raw = data if isinstance(data, bytes) else bytes(data)
         out = Decoded(consumed=0)
+        if self._resend:
+            self._resend = False
+            out.trace = {k: dict(v) for k, v in self._trace.items()}
+            out.ends = [self._ended] if self._ended is not None else []
         if self._refused:
             out.consumed = len(raw)
             self._pos += len(raw)
@@ -201,7 +249,10 @@ class WandbDecoder:
         except DecodeProtoError:
             out.errors.append(DecodeError(offset, "a W&B record that is no protobuf: skipped"))
             return
-        if not parsed.HasField("history"):
+        which = parsed.WhichOneof("record_type")
+        if which != "history":
+            if which is not None:
+                self._told(out, parsed, which, file_time)
             return
         history = parsed.history
         step: int | None = history.step.num if history.HasField("step") else None
@@ -231,12 +282,58 @@ class WandbDecoder:
         if tags:
             out.rows.append(Row(step or 0, wall, self._shapes(tuple(tags)), tuple(values)))
 
+    def _told(self, out: Decoded, record: Any, which: str, file_time: float) -> None:
+        """What a record other than history says of the run: its trace, its end."""
+        if which == "run":
+            run = record.run
+            about = {"project": run.project, "name": run.display_name, "id": run.run_id,
+                     "host": run.host, "git commit": run.git.commit,
+                     "git remote": run.git.remote_url}  # fmt: skip
+            self._add(out, "run", [(k, v) for k, v in about.items() if v])
+            self._add(out, "config", _config_items(run.config.update))
+        elif which == "config":
+            self._add(out, "config", _config_items(record.config.update))
+        elif which == "exit":
+            code = record.exit.exit_code
+            end = RunEnd("finished") if code == 0 else RunEnd("crashed", f"W&B exit code {code}")
+            self._end(out, replace(end, wall=file_time))
+        elif which == "preempting":
+            self._end(out, RunEnd("preempted", "W&B run marked preempting", file_time))
+
+    def _add(self, out: Decoded, name: str, pairs: list[tuple[str, str]]) -> None:
+        if not pairs:
+            return
+        got = section(pairs)
+        out.trace.setdefault(name, {}).update(got)
+        kept = self._trace.setdefault(name, {})
+        room = SNAPSHOT_ENTRIES - sum(map(len, self._trace.values()))
+        for key, value in got.items():
+            if key in kept or room > 0:
+                room -= key not in kept
+                kept[key] = value
+
+    def _end(self, out: Decoded, end: RunEnd) -> None:
+        if self._ended is None or self._ended.state == "preempted":  # the exit says more
+            self._ended = end
+            out.ends.append(end)
+
     def snapshot(self) -> dict[str, Any]:
-        return {"pos": self._pos, "refused": self._refused}
+        state: dict[str, Any] = {"pos": self._pos, "refused": self._refused}
+        if self._trace:
+            state["trace"] = self._trace
+        if self._ended is not None:
+            state["ended"] = [self._ended.state, self._ended.cause, self._ended.wall]
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Resumed mid-file, after the run and config records: what they said is said
+        again with the first read, for a daemon that restarted knows no run's trace."""
         self._pos = int(state.get("pos", 0))
         self._refused = bool(state.get("refused", False))
+        self._trace = {k: dict(v) for k, v in state.get("trace", {}).items()}
+        ended = state.get("ended")
+        self._ended = RunEnd(ended[0], ended[1], float(ended[2])) if ended else None
+        self._resend = bool(self._trace or self._ended)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A rewritten .wandb file is a new run's: read it from the start."""
