@@ -174,7 +174,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from trainsentry.backtest.replay import replay
-    from trainsentry.sources.reading import iter_events, iter_points
+    from trainsentry.sources.reading import iter_ends, iter_events, iter_points
 
     paths = _existing(args.paths)
     rules = _load_rules(args.rules)
@@ -204,7 +204,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     events = iter_events(paths, on_error)  # the text logs' events, for pattern rules
     replay(
         iter_points(paths, on_error, on_empty), rules, out=sys.stdout, fmt=args.format,
-        order="input", events=events,
+        order="input", events=events, ends=iter_ends(paths),
     )  # fmt: skip
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 
