@@ -140,6 +140,7 @@ class Daemon:
         self.nothing_readable: tuple[str, ...] = ()  # a line per root with no log read
         self.access = AccessProblems()  # unreadable paths, said once each
         self._refused: set[str] = set()  # files named like logs that are none, said once
+        self._busy: set[str] = set()  # logs a writer holds locked, said once each
         self._files_of: dict[str, int] = {}  # run → files followed of it
         self._store_runs: set[str] = set()  # the runs taken from stores of many (mlflow.db)
         self._runs_refused: set[str] = set()  # beyond MAX_RUNS
@@ -445,6 +446,11 @@ class Daemon:
                 self.access.failed(key, got.unreadable)
             else:
                 self.access.readable(key)
+            if got.busy and key not in self._busy:  # said once until it is read again
+                self._busy.add(key)
+                log.warning("%s: %s: read again at its next change", key, got.busy)
+            elif not got.busy and self._busy:
+                self._busy.discard(key)
             if got.replayed_rows and self.restart is not None:
                 self.stats.relearned += sum(map(len, map(_VALUES, got.replayed_rows)))
                 self.restart.memory.relearn(got.run, got.replayed_rows)

@@ -144,7 +144,7 @@ class MlflowDbTail:
         except sqlite3.OperationalError as exc:
             self.close()
             if "locked" in str(exc) or "busy" in str(exc):
-                self._say(out, f"{self.path}: locked by a writer: read again at its next change")
+                out.busy = "locked by a writer"
             else:
                 self._say(out, f"{self.path}: {exc}: tried again at the next change")
             self._deliver(out, rows)

@@ -50,6 +50,9 @@ class TailRead:
     # the OS refused to stat, open or read the file (permissions, I/O error): the
     # read is retried from the same offset next time, nothing is skipped
     unreadable: str | None = None
+    # a writer holds the log locked (a SQLite store mid-transaction): nothing read or
+    # skipped, read again from the same place at its next change
+    busy: str | None = None
     replayed_rows: list[Row] = field(default_factory=list)  # read again to relearn, see above
     # rows of other runs than `run`: a tracker's store holds many (mlflow_db.py)
     others: list[tuple[str, list[Row]]] = field(default_factory=list)
