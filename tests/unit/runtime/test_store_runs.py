@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.trackers import write_all
 
 from trainsentry.point import Row
 from trainsentry.runtime import loop
@@ -16,16 +15,10 @@ from trainsentry.sources.shard import Shard
 from trainsentry.state.db import StateDB
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("mlflow")
-    return write_all(base, ("mlflow-sqlite",))["mlflow-sqlite"] / "mlflow.db"
-
-
 @pytest.fixture
-def root(written: Path, tmp_path: Path) -> Path:
+def root(mlflow_db_written: Path, tmp_path: Path) -> Path:
     (tmp_path / "proj").mkdir()
-    shutil.copy(written, tmp_path / "proj" / "mlflow.db")
+    shutil.copy(mlflow_db_written, tmp_path / "proj" / "mlflow.db")
     return tmp_path / "proj"
 
 
@@ -48,9 +41,7 @@ def test_each_run_of_a_store_is_read_by_the_one_shard_that_owns_it(
 ) -> None:
     _, everything = runs_read(root, tmp_path / "all.db")
     assert len(everything) == 2
-    shards = [
-        runs_read(root, tmp_path / f"{i}.db", owns_run=Shard(i, 2).owns)[1] for i in (1, 2)
-    ]
+    shards = [runs_read(root, tmp_path / f"{i}.db", owns_run=Shard(i, 2).owns)[1] for i in (1, 2)]
     assert shards[0] | shards[1] == everything
     assert not shards[0] & shards[1]
     for i, got in enumerate(shards, 1):

@@ -7,23 +7,16 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support.trackers import write_all
 
 from trainsentry.sources.discover import LogFile
 from trainsentry.sources.mlflow_db import MlflowDbTail, store_problem
 from trainsentry.sources.tail import TailRead
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("mlflow")
-    return write_all(base, ("mlflow-sqlite",))["mlflow-sqlite"] / "mlflow.db"
-
-
 @pytest.fixture
-def db(written: Path, tmp_path: Path) -> Path:
+def db(mlflow_db_written: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "mlflow.db"
-    shutil.copy(written, copy)
+    shutil.copy(mlflow_db_written, copy)
     return copy
 
 
