@@ -36,7 +36,8 @@ def mlflow_run_id(store: str, facts: dict[str, Any]) -> str:
 
 
 def wandb_run_id(parent: str, facts: dict[str, Any]) -> str:
-    return f"{parent}/wandb/{Path(facts['run_dir']).name}"
+    """W&B's run as a user knows it: its project, the name given wandb.init, its id."""
+    return f"{parent}/wandb/trackers/{facts['name']}-{facts['id']}"
 
 
 def resolve_reasons(alerts: list[dict[str, Any]]) -> dict[str, set[str]]:
@@ -118,6 +119,8 @@ def test_the_live_daemon_shows_each_runs_trace_and_life_and_ends_its_alerts(
     reasons = resolve_reasons(alerts_of(out))
     for run, trace in want_trace.items():
         assert runs[run]["trace"] == trace, run
+    # the W&B run's stdout (files/output.log) is a log of that run, not a run of its own
+    assert not [run for run in runs if "offline-run-" in run]
     config = {
         "lr": "0.001", "optimizer": "adamw", "model/depth": "4", "model/width": "256",
     }  # fmt: skip

@@ -71,7 +71,7 @@ def test_dump_of_a_wandb_offline_run_equals_what_wandb_log_was_given(
     got = dump(stores["wandb"])
     assert got.returncode == 0, got.stderr
     facts = expected(stores["wandb"])
-    run = "wandb/wandb/" + Path(facts["run_dir"]).name
+    run = "wandb/wandb/trackers/diverge-" + Path(facts["run_dir"]).name.rsplit("-", 1)[1]
     want = sorted(
         (run, tag, row["step"], value)
         for row in facts["logged"]

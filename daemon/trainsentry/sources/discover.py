@@ -26,6 +26,7 @@ from pathlib import Path
 from trainsentry.sources.mlflow_files import metric_key, run_key, run_record, store_relative
 from trainsentry.sources.mlflow_files import run_name as mlflow_run_name
 from trainsentry.sources.names import safe_name
+from trainsentry.sources.wandb_records import run_name as wandb_run_name
 
 # Keras' TensorBoard callback writes one event writer per split, in these directories
 # of its log_dir: such a directory is a split of the run above it, not a run (see
@@ -207,6 +208,24 @@ class Root:
                 return LogFile(run_key(run_dir), "mlflow_run", run, "", inside=self.inside)
             return LogFile(path, "mlflow_metric", run, metric[1], inside=self.inside)
         directory = path.parent
+        if kind == "text" and _wandb_own_log(path):
+            return None
+        tracked = path if kind == "wandb" else None
+        if kind == "text" and directory.name == "files" and _is_wandb_run(directory.parent):
+            tracked = next(iter(sorted(directory.parent.glob("run-*.wandb"))), None)
+            if tracked is None:
+                return None  # the job's stdout, before W&B's run file: a log once that is
+        if tracked is not None:  # a W&B run, and its `files/output.log`: named as W&B names it
+            named = wandb_run_name(tracked)
+            if named is None:
+                return None  # its run record is yet to be written: a log once it is
+            if named:
+                wandb_dir = tracked.parent.parent
+                if wandb_dir != self.rel_root and self.rel_root not in wandb_dir.parents:
+                    return LogFile(path, kind, safe_name(named), "", inside=self.inside)
+                store_name, _ = run_of(wandb_dir, self.rel_root, self.name, top)
+                run = safe_name(f"{store_name}/{named}")
+                return LogFile(path, kind, run, "", inside=self.inside)
         if kind == "text":  # `logs/exp1.out` beside `logs/exp1/` is exp1's (docs/sources.md)
             beside = directory / path.name.rsplit(".", 1)[0]
             if beside.is_dir():
@@ -269,6 +288,24 @@ class Root:
                 elif refused is not None:
                     refused.append((path, why))
         return out, walked
+
+
+def _is_wandb_run(directory: Path) -> bool:
+    """A W&B run directory, by the names W&B gives it (`wandb/offline-run-*`, `wandb/run-*`):
+    known before its files are written."""
+    return directory.parent.name == "wandb" and directory.name.startswith(("offline-run-", "run-"))
+
+
+def _wandb_own_log(path: Path) -> bool:
+    """W&B's own debug logs (`wandb/debug.log`, a run's `logs/debug-internal.log`): the
+    tracker's diagnostics, not the job's words; its errors (an upload that failed) would
+    page as the run's."""
+    if not path.name.startswith("debug"):
+        return False
+    directory = path.parent
+    if directory.name == "wandb":  # named as W&B names them: written before the run file
+        return True
+    return directory.name == "logs" and _is_wandb_run(directory.parent)
 
 
 def _beside_a_split(directory: Path) -> bool:

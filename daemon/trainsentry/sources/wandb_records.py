@@ -29,6 +29,7 @@ import math
 import struct
 import zlib
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError as DecodeProtoError
@@ -138,6 +139,33 @@ def _flatten(key: str, value: Any, out: list[tuple[str, str]]) -> None:
         out.append((key, value))
     else:
         out.append((key, json.dumps(value)))
+
+
+HEAD_BYTES = 2 * BLOCK  # where a run file's run record is: its second record
+
+
+def run_name(path: Path) -> str | None:
+    """`<project>/<display name>-<run id>` from the run record at the file's head, the
+    name a user gave `wandb.init(name=...)`; "" when the file cannot tell (not a W&B
+    run file, a damaged head); None while the record is yet to be written.
+
+    wandb-core writes the file in 32 KiB blocks: a live run's file holds its header
+    alone until its first block is full (or the run ends), and the run record is in
+    that block, so waiting for the name costs no point."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return ""
+    decoded = WandbDecoder().feed(head, at_eof=False, file_time=math.nan)
+    about = decoded.trace.get("run")
+    if about is None:
+        waiting = head[:HEADER_LEN] == HEADER and len(head) < BLOCK and not decoded.errors
+        return None if waiting or len(head) < HEADER_LEN else ""
+    run_id = about.get("id", "").replace("/", "_")
+    name = (about.get("name") or run_id).replace("/", "_")
+    project = (about.get("project") or "project").replace("/", "_")
+    return f"{project}/{name}-{run_id}" if run_id else ""
 
 
 class WandbDecoder:
