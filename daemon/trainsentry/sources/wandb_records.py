@@ -34,9 +34,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as DecodeProtoError
 
-from trainsentry.point import Row, RunEnd, Trace
+from trainsentry.point import Row, RunEnd
 from trainsentry.sources.base import Decoded, DecodeError, Shapes
-from trainsentry.sources.run_trace import section
+from trainsentry.sources.run_trace import TraceMemory, flatten
 
 BLOCK = 32768
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
@@ -44,7 +44,6 @@ HEADER_LEN = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _FRAME = struct.Struct("<IHB")
 _TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(256)]
-SNAPSHOT_ENTRIES = 200  # of the trace kept in a checkpoint, said again after a restart
 
 
 # The part of `wandb_internal.Record` read here: per message, its fields as
@@ -127,18 +126,8 @@ def _config_items(items: Any) -> list[tuple[str, str]]:
             value = json.loads(item.value_json) if item.value_json else None
         except ValueError:
             value = item.value_json
-        _flatten(key, value, out)
+        flatten(key, value, out)
     return out
-
-
-def _flatten(key: str, value: Any, out: list[tuple[str, str]]) -> None:
-    if isinstance(value, dict) and value:
-        for k, v in value.items():
-            _flatten(f"{key}/{k}", v, out)
-    elif isinstance(value, str):
-        out.append((key, value))
-    else:
-        out.append((key, json.dumps(value)))
 
 
 HEAD_BYTES = 2 * BLOCK  # where a run file's run record is: its second record
@@ -175,17 +164,12 @@ class WandbDecoder:
         self._pos = 0  # the file offset of the next byte fed: blocks are aligned to it
         self._refused = False
         self._shapes = Shapes()
-        self._trace: Trace = {}  # what the run and config records said, for snapshots
-        self._ended: RunEnd | None = None
-        self._resend = False  # restored: say the trace and end again (restore)
+        self._memory = TraceMemory()  # what the run, config and exit records said
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         raw = data if isinstance(data, bytes) else bytes(data)
         out = Decoded(consumed=0)
-        if self._resend:
-            self._resend = False
-            out.trace = {k: dict(v) for k, v in self._trace.items()}
-            out.ends = [self._ended] if self._ended is not None else []
+        self._memory.resend(out)
         if self._refused:
             out.consumed = len(raw)
             self._pos += len(raw)
@@ -280,7 +264,7 @@ class WandbDecoder:
         which = parsed.WhichOneof("record_type")
         if which != "history":
             if which is not None:
-                self._told(out, parsed, which, file_time)
+                self._tell(out, parsed, which, file_time)
             return
         history = parsed.history
         step: int | None = history.step.num if history.HasField("step") else None
@@ -310,58 +294,33 @@ class WandbDecoder:
         if tags:
             out.rows.append(Row(step or 0, wall, self._shapes(tuple(tags)), tuple(values)))
 
-    def _told(self, out: Decoded, record: Any, which: str, file_time: float) -> None:
+    def _tell(self, out: Decoded, record: Any, which: str, file_time: float) -> None:
         """What a record other than history says of the run: its trace, its end."""
         if which == "run":
             run = record.run
             about = {"project": run.project, "name": run.display_name, "id": run.run_id,
                      "host": run.host, "git commit": run.git.commit,
                      "git remote": run.git.remote_url}  # fmt: skip
-            self._add(out, "run", [(k, v) for k, v in about.items() if v])
-            self._add(out, "config", _config_items(run.config.update))
+            self._memory.add(out, "run", [(k, v) for k, v in about.items() if v])
+            self._memory.add(out, "config", _config_items(run.config.update))
         elif which == "config":
-            self._add(out, "config", _config_items(record.config.update))
+            self._memory.add(out, "config", _config_items(record.config.update))
         elif which == "exit":
             code = record.exit.exit_code
             end = RunEnd("finished") if code == 0 else RunEnd("crashed", f"W&B exit code {code}")
-            self._end(out, replace(end, wall=file_time))
+            self._memory.end(out, replace(end, wall=file_time))
         elif which == "preempting":
-            self._end(out, RunEnd("preempted", "W&B run marked preempting", file_time))
-
-    def _add(self, out: Decoded, name: str, pairs: list[tuple[str, str]]) -> None:
-        if not pairs:
-            return
-        got = section(pairs)
-        out.trace.setdefault(name, {}).update(got)
-        kept = self._trace.setdefault(name, {})
-        room = SNAPSHOT_ENTRIES - sum(map(len, self._trace.values()))
-        for key, value in got.items():
-            if key in kept or room > 0:
-                room -= key not in kept
-                kept[key] = value
-
-    def _end(self, out: Decoded, end: RunEnd) -> None:
-        if self._ended is None or self._ended.state == "preempted":  # the exit says more
-            self._ended = end
-            out.ends.append(end)
+            self._memory.end(out, RunEnd("preempted", "W&B run marked preempting", file_time))
 
     def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"pos": self._pos, "refused": self._refused}
-        if self._trace:
-            state["trace"] = self._trace
-        if self._ended is not None:
-            state["ended"] = [self._ended.state, self._ended.cause, self._ended.wall]
-        return state
+        return self._memory.snapshot({"pos": self._pos, "refused": self._refused})
 
     def restore(self, state: dict[str, Any]) -> None:
         """Resumed mid-file, after the run and config records: what they said is said
-        again with the first read, for a daemon that restarted knows no run's trace."""
+        again with the first read (TraceMemory)."""
         self._pos = int(state.get("pos", 0))
         self._refused = bool(state.get("refused", False))
-        self._trace = {k: dict(v) for k, v in state.get("trace", {}).items()}
-        ended = state.get("ended")
-        self._ended = RunEnd(ended[0], ended[1], float(ended[2])) if ended else None
-        self._resend = bool(self._trace or self._ended)
+        self._memory.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A rewritten .wandb file is a new run's: read it from the start."""
