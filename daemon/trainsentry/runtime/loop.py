@@ -448,7 +448,7 @@ class Daemon:
                 self.access.readable(key)
             if got.busy and key not in self._busy:  # said once until it is read again
                 self._busy.add(key)
-                log.warning("%s: %s: read again at its next change", key, got.busy)
+                self._on_error(f"{safe_name(key)}: {got.busy}: read again at its next change")
             elif not got.busy and self._busy:
                 self._busy.discard(key)
             if got.replayed_rows and self.restart is not None:
