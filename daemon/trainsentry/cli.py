@@ -202,6 +202,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
             order="input",
+            ends=iter_ends(paths),
         )
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")

@@ -18,6 +18,10 @@ from support.ports import free_port
 from support.trackers import expected, start_job, write_all
 from support.waiting import WAIT, wait_until
 
+from trainsentry.backtest.report import build_report
+from trainsentry.rules.loader import load_rules
+from trainsentry.sources.reading import iter_ends, iter_points
+
 KINDS = ("mlflow-sqlite-ends", "mlflow-files-ends", "wandb-exit")
 REASONS = {
     "finished": "run finished",
@@ -142,3 +146,12 @@ def alerts_of(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def test_the_backtest_report_ends_each_trackers_run_as_replay_does(
+    stores: dict[str, Path],
+) -> None:
+    paths = [stores["mlflow-sqlite-ends"]]
+    html = build_report(iter_points(paths), load_rules(), order="input", ends=iter_ends(paths))
+    for reason in REASONS.values():
+        assert reason in html
