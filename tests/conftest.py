@@ -27,3 +27,12 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
 pytest.register_assert_rewrite("support")
+
+
+@pytest.fixture(scope="module")
+def mlflow_db_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An mlflow.db the real MLflow wrote (runs "healthy" and "diverge" of exp1), once a module."""
+    from support.trackers import write_all
+
+    stores = write_all(tmp_path_factory.mktemp("mlflow"), ("mlflow-sqlite",))
+    return stores["mlflow-sqlite"] / "mlflow.db"

@@ -92,16 +92,21 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.format == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["run", "tag", "step", "wall_time", "value"])
-        for batch in iter_batches(paths, on_error, on_empty):
+        for batch in iter_batches(paths, on_error, on_empty, _said_busy):
             writer.writerows(batch)
     else:
         dumps = json.dumps
-        for batch in iter_batches(paths, on_error, on_empty):
+        for batch in iter_batches(paths, on_error, on_empty, _said_busy):
             out.write("".join(dumps(p.as_dict()) + "\n" for p in batch))
     out.flush()
     if errors:
         print(f"trainsentry: {errors} corrupt record(s) skipped", file=sys.stderr)
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
+
+
+def _said_busy(msg: str) -> None:
+    """A log a writer holds locked: not read now, and no corrupt record."""
+    print(f"trainsentry: not read: {msg}; read it again once the writer lets go", file=sys.stderr)
 
 
 # The exit status of `dump` and `replay` when no path given holds a log they read: a
@@ -174,7 +179,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from trainsentry.backtest.replay import replay
-    from trainsentry.sources.reading import iter_events, iter_points
+    from trainsentry.sources.reading import iter_ends, iter_events, iter_points
 
     paths = _existing(args.paths)
     rules = _load_rules(args.rules)
@@ -191,20 +196,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         compare = _load_rules(args.compare_rules) if args.compare_rules else None
         text = build_report(
-            iter_points(paths, on_error, on_empty),
+            iter_points(paths, on_error, on_empty, _said_busy),
             rules,
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
             order="input",
+            ends=iter_ends(paths),
         )
         write_report(Path(args.report), text)
         print(f"trainsentry: report written to {args.report}")
         return 0
     events = iter_events(paths, on_error)  # the text logs' events, for pattern rules
     replay(
-        iter_points(paths, on_error, on_empty), rules, out=sys.stdout, fmt=args.format,
-        order="input", events=events,
+        iter_points(paths, on_error, on_empty, _said_busy), rules, out=sys.stdout,
+        fmt=args.format,
+        order="input", events=events, ends=iter_ends(paths),
     )  # fmt: skip
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 

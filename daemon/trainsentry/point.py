@@ -91,6 +91,27 @@ class TextEvent:
         return "\n".join(self.lines)
 
 
+# What a run was started with, by section ("params", "tags", "config", ...) and key:
+# the values a person paged at 3 a.m. asks for first (which lr, which seed, which commit).
+Trace = dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A tracker's word that a run ended: MLflow's run status, W&B's exit record.
+
+    Not a text event: the tracker says it outright, so no rule has to read it
+    from a line. `state` is a run life's ending (finished, crashed, cancelled),
+    `wall` when it ended on the writer's clock (NaN when the tracker gave no
+    time). `run` is set by the tailer where a decoder knows only its file.
+    """
+
+    state: str
+    cause: str = ""
+    wall: float = float("nan")
+    run: str = ""
+
+
 def samples_of(rows: Iterable[Row]) -> list[Sample]:
     """The rows' values one by one, in order."""
     return [

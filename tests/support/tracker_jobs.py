@@ -4,7 +4,10 @@ Usage: python tracker_jobs.py KIND DIR [STEPS [DIVERGE_AT]]
 KIND is `mlflow-sqlite` (MLflow 3's default store, DIR/mlflow.db), `mlflow-files`
 (the file store under DIR/mlruns, MLFLOW_ALLOW_FILE_STORE=true) or `wandb`
 (offline mode, DIR/wandb/offline-run-*). The MLflow kinds log two runs of
-experiment "exp1", "healthy" and "diverge"; W&B logs "diverge" alone. A
+experiment "exp1", "healthy" and "diverge"; W&B logs "diverge" alone. The kinds
+`mlflow-sqlite-ends` and `mlflow-files-ends` log three diverging runs ended
+FINISHED, FAILED and KILLED, with params and tags; `wandb-exit` a run named
+"crashy", with a config, that exits with code 1. A
 diverging run's gradient norm grows 15% a step from DIVERGE_AT on and its loss
 follows until it is NaN: what the default pack must alert on.
 
@@ -41,12 +44,16 @@ def series(steps: int, diverge_at: int, seed: int) -> list[dict[str, float]]:
     return out
 
 
-def mlflow_runs(directory: Path, steps: int, diverge_at: int, files: bool) -> None:
+def mlflow_uri(directory: Path, files: bool) -> str:
+    """The tracking URI of the store under `directory`: the file store, or MLflow 3's default."""
     if files:
         os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-        uri = (directory / "mlruns").as_uri()
-    else:
-        uri = f"sqlite:///{directory / 'mlflow.db'}"
+        return (directory / "mlruns").as_uri()
+    return f"sqlite:///{directory / 'mlflow.db'}"
+
+
+def mlflow_runs(directory: Path, steps: int, diverge_at: int, files: bool) -> None:
+    uri = mlflow_uri(directory, files)
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -77,6 +84,60 @@ def mlflow_runs(directory: Path, steps: int, diverge_at: int, files: bool) -> No
     (directory / "expected.json").write_text(json.dumps(expected))
 
 
+ENDINGS = ("FINISHED", "FAILED", "KILLED")
+
+
+def mlflow_ended_runs(directory: Path, steps: int, diverge_at: int, files: bool) -> None:
+    """A diverging run ended with each of MLflow's final statuses, with params and tags;
+    expected.json holds what MlflowClient.get_run says of each."""
+    uri = mlflow_uri(directory, files)
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("exp1")
+    ids = []
+    for seed, status in enumerate(ENDINGS):
+        run = mlflow.start_run(run_name=status.lower())
+        mlflow.log_params({"lr": 1e-3, "seed": seed, "model/depth": 4})
+        mlflow.set_tags({"team": "vision", "status_wanted": status})
+        for step, values in enumerate(series(steps, diverge_at, seed)):
+            mlflow.log_metrics(values, step=step)
+        mlflow.end_run(status=status)
+        ids.append(run.info.run_id)
+    client = MlflowClient(uri)
+    expected = []
+    for run_id in ids:
+        run = client.get_run(run_id)
+        expected.append(
+            {
+                "run_id": run_id,
+                "run_name": run.info.run_name,
+                "experiment": "exp1",
+                "status": run.info.status,
+                "end_time": run.info.end_time,
+                "params": run.data.params,
+                "tags": run.data.tags,
+            }
+        )
+    (directory / "expected.json").write_text(json.dumps(expected))
+
+
+def wandb_exit(directory: Path, steps: int, diverge_at: int) -> None:
+    """A W&B offline run named "crashy" with a config, that exits with code 1."""
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(directory))
+    import wandb
+
+    config = {"lr": 1e-3, "optimizer": "adamw", "model": {"depth": 4, "width": 256}}
+    run = wandb.init(project="trackers", name="crashy", config=config)
+    for values in series(steps, diverge_at, 2):
+        wandb.log(values)
+    run_dir = Path(run.dir).parent
+    facts = {"run_dir": str(run_dir), "id": run.id, "name": run.name, "config": dict(run.config)}
+    run.finish(exit_code=1)
+    (directory / "expected.json").write_text(json.dumps(facts))
+
+
 def wandb_run(directory: Path, steps: int, diverge_at: int) -> None:
     os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(directory))
     import wandb
@@ -102,6 +163,10 @@ def main() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "wandb":
         wandb_run(directory, steps, diverge_at)
+    elif kind == "wandb-exit":
+        wandb_exit(directory, steps, diverge_at)
+    elif kind.endswith("-ends"):
+        mlflow_ended_runs(directory, steps, diverge_at, files=kind == "mlflow-files-ends")
     else:
         mlflow_runs(directory, steps, diverge_at, files=kind == "mlflow-files")
     print("done", flush=True)

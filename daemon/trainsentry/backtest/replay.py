@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Literal, TextIO
 
 from trainsentry.alert import Transition
-from trainsentry.point import Point, TextEvent
+from trainsentry.point import Point, RunEnd, TextEvent
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
@@ -32,18 +32,22 @@ def replay_transitions(
     *,
     order: Literal["time", "input"] = "time",
     events: Iterable[TextEvent] = (),
+    ends: Iterable[RunEnd] = (),
 ) -> list[Transition]:
     """Every transition of the runs in `points`, ending each run with "run finished".
 
     A finished run's text events (reading.iter_events) are judged once its points
     are in: a text log read after the fact has no time of its own but its file's,
-    which is the run's end. A run they say crashed ends with "run crashed: <cause>".
+    which is the run's end. A run they say crashed ends with "run crashed: <cause>",
+    as does one its tracker says ended so (`ends`, reading.iter_ends), unless its
+    logs told how first.
     """
     ruleset = rules if rules is not None else load_rules()
     engine = Engine(ruleset)
     feed = sorted(points, key=wall_order) if order == "time" else points
     texts = LogEngine(ruleset)
-    if not texts.rules:
+    ends = list(ends)
+    if not texts.rules and not ends:
         out = engine.feed_all(feed)
         out.extend(engine.finish_all())
         return out
@@ -52,6 +56,8 @@ def replay_transitions(
     for run, point in last.items():
         out.extend(texts.saw(run, point.step, point.wall_time))
     out.extend(texts.feed(events))
+    for end in ends:
+        texts.reported(end.run, end.state, end.cause, end.wall)
     for run, life in texts.ended:
         out.extend(engine.finish(run, life.reason))
     for run in texts.lives():
@@ -74,6 +80,7 @@ def replay(
     fmt: str = "jsonl",
     order: Literal["time", "input"] = "time",
     events: Iterable[TextEvent] = (),
+    ends: Iterable[RunEnd] = (),
 ) -> int:
     """Print the transitions as JSON lines or a text timeline; returns how many.
 
@@ -82,7 +89,7 @@ def replay(
     """
     if fmt not in ("jsonl", "text"):
         raise ValueError(f"unknown format {fmt!r}; expected jsonl or text")
-    transitions = replay_transitions(points, rules, order=order, events=events)
+    transitions = replay_transitions(points, rules, order=order, events=events, ends=ends)
     if fmt == "text":
         from trainsentry.terminal import render as console
 

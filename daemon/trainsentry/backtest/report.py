@@ -15,7 +15,7 @@ from typing import Literal
 
 from trainsentry.backtest.data import build_runs, group_points
 from trainsentry.backtest.replay import replay_transitions
-from trainsentry.point import Point
+from trainsentry.point import Point, RunEnd
 from trainsentry.rules.model import RuleSet
 
 __all__ = ["build_report", "write_report"]
@@ -30,21 +30,24 @@ def build_report(
     compare_label: str = "B",
     title: str = "trainsentry backtest",
     order: Literal["time", "input"] = "time",
+    ends: Iterable[RunEnd] = (),
 ) -> str:
     """The HTML text of the report; `compare` adds the pack-against-pack section.
 
-    `order` as in replay_transitions: "input" for reading.iter_points, already
-    in the order a live daemon judges the points.
+    `order` and `ends` (how the trackers say their runs ended) as in
+    replay_transitions: "input" for reading.iter_points, already in the order a
+    live daemon judges the points.
     """
     from trainsentry.backtest.compare import compare_runs, compare_section
     from trainsentry.backtest.page import header, page, runs_section, summary_section
 
     feed = list(points)
+    ended = list(ends)
     grouped = group_points(feed)
-    runs = build_runs(grouped, replay_transitions(feed, rules, order=order))
+    runs = build_runs(grouped, replay_transitions(feed, rules, order=order, ends=ended))
     body = [header(title, runs, rules, label), summary_section(runs)]
     if compare is not None:
-        other = build_runs(grouped, replay_transitions(feed, compare, order=order))
+        other = build_runs(grouped, replay_transitions(feed, compare, order=order, ends=ended))
         body.append(compare_section(compare_runs(runs, other), label, compare_label))
     body.append(runs_section(runs, rules))
     return page(title, body)

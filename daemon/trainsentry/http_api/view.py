@@ -38,6 +38,8 @@ class RunStatus:
     # its life (rules/log_rules.py): running, stalled, crashed, preempted, cancelled, finished
     state: str = "running"
     cause: str = ""
+    # what it was started with, by section: MLflow's params and tags, W&B's config
+    trace: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +232,7 @@ def _finite(value: float) -> float | None:
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing, state,
-    cause}], "nothing_readable": [a line per watched path that holds no log read]}`."""
+    cause, trace}], "nothing_readable": [a line per watched path that holds no log read]}`."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -246,6 +248,7 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
             "firing": firing.pop(r.run, []),
             "state": r.state,
             "cause": r.cause,
+            "trace": {name: dict(entries) for name, entries in r.trace.items()},
         }
         for r in sorted(snapshot.runs, key=lambda r: r.run)
     ]

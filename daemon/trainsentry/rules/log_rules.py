@@ -269,6 +269,21 @@ class LogEngine:
             reason = run.life.reason
         return [self._resolved(a, run, reason) for a in run.alerts.values() if a.firing]
 
+    def reported(self, run_id: str, state: str, cause: str, wall: float) -> None:
+        """A source says outright that the run ended (MLflow's run status, W&B's exit
+        record): its life ends as an `ends_run` rule would end it, and the runtime ends
+        its alerts (`ended`). What its logs said already stands: a crash with its
+        traceback's words says more than "MLflow run status FAILED"."""
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        life = run.life
+        if life.ended:
+            return
+        life.state, life.cause = state, cause
+        life.ended_wall = wall if math.isfinite(wall) else life.wall
+        self.ended.append((run_id, life))
+
     def stalled(self, run_id: str, stalled: bool) -> None:
         """The run's data stopped (a no-data rule fired) or resumed."""
         run = self._runs.get(run_id)

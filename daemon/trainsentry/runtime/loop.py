@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
-from trainsentry.point import Row, TextEvent
+from trainsentry.point import Row, RunEnd, TextEvent, Trace
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
-from trainsentry.sources.discover import LogFile, is_log, roots, store_of
+from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
 from trainsentry.sources.survey import NO_FILES, nothing_readable
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 RowSink = Callable[[str, list[Row]], None]
 # A text log's new events, with their run (sources/textlog.py).
 EventSink = Callable[[str, list[TextEvent]], None]
+# What trackers said of their runs besides points: traces, and that runs ended.
+ReportSink = Callable[[list[tuple[str, Trace]], list[RunEnd]], None]
 _VALUES = itemgetter(3)  # a Row's values
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
@@ -110,9 +112,11 @@ class Daemon:
         memory: Memory | None = None,
         snapshot_every: float = SNAPSHOT_SECONDS,
         on_events: EventSink | None = None,
+        on_report: ReportSink | None = None,
     ) -> None:
         """`memory`: the alert state a restart restores and relearns (restart.py);
-        `on_events`: where text logs' events go (none: they are dropped)."""
+        `on_events`: where text logs' events go (none: they are dropped); `on_report`:
+        where runs' traces and ends go."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -122,6 +126,7 @@ class Daemon:
         self._on_release = on_release
         self._on_cycle = on_cycle
         self._on_events = on_events
+        self._on_report = on_report
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
@@ -135,7 +140,9 @@ class Daemon:
         self.nothing_readable: tuple[str, ...] = ()  # a line per root with no log read
         self.access = AccessProblems()  # unreadable paths, said once each
         self._refused: set[str] = set()  # files named like logs that are none, said once
+        self._busy: set[str] = set()  # logs a writer holds locked, said once each
         self._files_of: dict[str, int] = {}  # run → files followed of it
+        self._store_runs: set[str] = set()  # the runs taken from stores of many (mlflow.db)
         self._runs_refused: set[str] = set()  # beyond MAX_RUNS
         self._checkpoints = state.load_offsets()
         self.restart = (
@@ -355,8 +362,8 @@ class Daemon:
             walked += dirs
             for found in found_files:
                 key = str(found.path)
-                if self._owns_run is not None and not self._owns_run(found.run):
-                    continue
+                if found.kind != "mlflow_db" and not self._owned(found.run):
+                    continue  # a store of many runs is read by every shard, for its own
                 if key not in self._tails and self._room_for(found.run):
                     self._tails[key] = self._follow(found)
                     self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
@@ -367,9 +374,22 @@ class Daemon:
             self._survey()  # once for the walk: each survey walks the empty roots again
         return walked
 
+    def _owned(self, run: str) -> bool:
+        return self._owns_run is None or self._owns_run(run)
+
+    def _store_run(self, run: str) -> bool:
+        """Whether rows of `run`, one of a store's runs (an mlflow.db holds many), are
+        taken: this shard owns it and there is room for it, as for a file's run."""
+        if run in self._store_runs:
+            return True
+        if not self._owned(run) or not self._room_for(run):
+            return False
+        self._store_runs.add(run)
+        return True
+
     def _room_for(self, run: str) -> bool:
         """Whether a file of `run` may be followed: its run is, or there is room for it."""
-        if run in self._files_of or len(self._files_of) < MAX_RUNS:
+        if run in self._files_of or len(self._files_of) + len(self._store_runs) < MAX_RUNS:
             return True
         if run not in self._runs_refused:
             self._runs_refused.add(run)
@@ -426,6 +446,11 @@ class Daemon:
                 self.access.failed(key, got.unreadable)
             else:
                 self.access.readable(key)
+            if got.busy and key not in self._busy:  # said once until it is read again
+                self._busy.add(key)
+                self._on_error(f"{safe_name(key)}: {got.busy}: read again at its next change")
+            elif not got.busy and self._busy:
+                self._busy.discard(key)
             if got.replayed_rows and self.restart is not None:
                 self.stats.relearned += sum(map(len, map(_VALUES, got.replayed_rows)))
                 self.restart.memory.relearn(got.run, got.replayed_rows)
@@ -433,6 +458,8 @@ class Daemon:
                 self.stats.skipped_records += 1
                 self._on_error(err)
             points = 0
+            if got.others:  # a store's runs: each is a run for --shard and the run limit
+                got.others = [(r, rows) for r, rows in got.others if self._store_run(r)]
             if got.rows or got.others:
                 batches = got.batches()
                 points = sum(len(r[3]) for _, rows in batches for r in rows)
@@ -444,6 +471,12 @@ class Daemon:
                         sink(run, rows)
             if got.events and self._on_events is not None:
                 self._on_events(got.run, got.events)
+            if (got.traces or got.ends) and self._on_report is not None:
+                traces, ends = got.traces, got.ends
+                if tail.log.kind == "mlflow_db":  # a run's params come before its metrics
+                    traces = [t for t in traces if self._owned(t[0])]
+                    ends = [e for e in ends if e.run in self._store_runs]
+                self._on_report(traces, ends)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -516,6 +549,7 @@ class Daemon:
         if self.restart is not None:
             self.restart.released()
         alive = {r for t in self._tails.values() for r in t.runs}
+        self._store_runs -= runs - alive
         for run in runs - alive:
             if self._on_release is not None:
                 self._on_release(run)
@@ -531,8 +565,7 @@ class Daemon:
         # a text log may sit beside its run's directory (discover.py): the others first
         for tail in sorted(self._tails.values(), key=lambda t: t.log.kind == "text"):
             if run in tail.runs:
-                directory = tail.log.path.parent
-                return directory.parent if tail.log.tag_prefix else directory
+                return run_directory(tail.log, run)
         return None
 
     def _save(self) -> None:

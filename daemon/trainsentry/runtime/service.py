@@ -25,7 +25,7 @@ from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import RunStatus, runs_of_store
-from trainsentry.point import Row, TextEvent, points_of
+from trainsentry.point import Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
@@ -39,6 +39,7 @@ from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
 from trainsentry.store.log_lines import LogLines
+from trainsentry.store.traces import RunTraces
 from trainsentry.terminal.printer import AlertPrinter
 from trainsentry.terminal.progress import BackfillReporter
 
@@ -91,6 +92,7 @@ class Service:
         self.state_dir = state_dir
         self.store = Store(recent_size=config.retention, judged=lambda tag: self.engine.reads(tag))
         self.log_lines = LogLines()  # the last lines of each run's text logs, for bundles
+        self.traces = RunTraces()  # what each run was started with (params, config)
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         self.series_limit = SeriesLimit()  # a run writing a new tag per line is bounded
         since = time.time() - config.history
@@ -122,6 +124,7 @@ class Service:
             memory=self.memory,
             snapshot_every=config.snapshot_interval,
             on_events=self._text_events,
+            on_report=self._reported,
         )
         self.systemd = SystemdNotifier()
         self.heartbeat = Heartbeat(self.systemd)
@@ -186,6 +189,20 @@ class Service:
         say ended (crashed, preempted) has its metric alerts ended with that reason."""
         self.log_lines.extend(run, events)
         self.deliver(self.log_engine.feed(events))
+        self._end_runs()
+
+    def _reported(self, traces: list[tuple[str, Trace]], ends: list[RunEnd]) -> None:
+        """What a tracker said of its runs: their traces kept for bundles and /api/runs;
+        a run it says ended (MLflow's FAILED, a W&B exit code) has its alerts ended so."""
+        for run, trace in traces:
+            self.traces.add(run, trace)
+        for end in ends:
+            self.log_engine.reported(end.run, end.state, end.cause, end.wall)
+        self._end_runs()
+
+    def _end_runs(self) -> None:
+        """The runs that just ended: their metric alerts end with the reason, and their
+        silence is no longer a run that went quiet."""
         while self.log_engine.ended:
             ended, life = self.log_engine.ended.pop(0)
             self.deliver(self.engine.finish(ended, life.reason))
@@ -197,6 +214,7 @@ class Service:
         self.deliver(self.engine.finish(run, reason))
         self.deliver(self.log_engine.finish(run, "run deleted"))
         self.log_lines.forget(run)
+        self.traces.forget(run)
         self.store.release_run(run)
         self.silence.forget(run)
         self.series_limit.forget(run)
@@ -244,7 +262,7 @@ class Service:
         ]
         for run, life in lives.items():
             runs.append(RunStatus(run, life.step, life.wall, 0, life.state, life.cause))
-        return runs
+        return [replace(r, trace=trace) if (trace := self.traces.of(r.run)) else r for r in runs]
 
     def _run_meta(self, run: str) -> dict[str, object]:
         directory = self.daemon.run_dir(run)
@@ -252,6 +270,7 @@ class Service:
         return {
             "run": run,
             "life": {"state": life.state, "cause": life.cause} if life else None,
+            "trace": self.traces.of(run),
             "logs": self.log_lines.last(run),
             "dir": str(directory) if directory else None,
             "files": [str(p) for p in self.daemon.run_files(run)],

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.point import Row, Sample, TextEvent, samples_of
+from trainsentry.point import Row, RunEnd, Sample, TextEvent, Trace, samples_of
 from trainsentry.sources.names import safe_name
 
 
@@ -32,6 +32,8 @@ class Decoded:
     rows: list[Row] = field(default_factory=list)  # one per record with values
     errors: list[DecodeError] = field(default_factory=list)
     events: list[TextEvent] = field(default_factory=list)  # text logs' events (textlog.py)
+    trace: Trace = field(default_factory=dict)  # what the run was started with (run_trace.py)
+    ends: list[RunEnd] = field(default_factory=list)  # a tracker's word that the run ended
 
     @property
     def samples(self) -> list[Sample]:

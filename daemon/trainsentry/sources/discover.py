@@ -23,9 +23,10 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainsentry.sources.mlflow_files import metric_key, store_relative
+from trainsentry.sources.mlflow_files import metric_key, run_key, run_record, store_relative
 from trainsentry.sources.mlflow_files import run_name as mlflow_run_name
 from trainsentry.sources.names import safe_name
+from trainsentry.sources.wandb_records import run_name as wandb_run_name
 
 # Keras' TensorBoard callback writes one event writer per split, in these directories
 # of its log_dir: such a directory is a split of the run above it, not a run (see
@@ -55,7 +56,8 @@ CONTROL_DIR = ".trainsentry"
 @dataclass(frozen=True, slots=True)
 class LogFile:
     path: Path
-    kind: str  # "tfevents" | "jsonl" | "csv" | "text" | "wandb" | "mlflow_db" | "mlflow_metric"
+    # "tfevents" | "jsonl" | "csv" | "text" | "wandb" | "mlflow_db" | "mlflow_metric" | "mlflow_run"
+    kind: str
     run: str
     tag_prefix: str
     inside: str = ""  # the resolved root it must stay in when opened; "" for any
@@ -111,11 +113,32 @@ def is_log(path: str) -> bool:
 
 
 def store_of(path: str) -> str | None:
-    """The database a SQLite journal or WAL file belongs to; None for other files."""
+    """The log a changed file that is none belongs to: the database of a SQLite journal
+    or WAL file, the run tail of an MLflow run's param, tag or meta.yaml; else None."""
     for suffix in _SQLITE_COMPANIONS:
         if path.endswith(suffix):
             return path[: -len(suffix)]
+    if path.endswith("meta.yaml") or "/params/" in path or "/tags/" in path:
+        run_dir = run_record(Path(path))
+        return str(run_key(run_dir)) if run_dir is not None else None
     return None
+
+
+def run_directory(log: LogFile, run: str) -> Path:
+    """The directory of `run`, one of the runs `log` holds: where its stop file goes.
+
+    A file store's MLflow run has a directory of its own (`mlruns/<exp>/<run id>`);
+    the runs of a SQLite store have none, so each is given the path its id names
+    below the store's directory (`proj/mlflow.db`'s `proj/exp1/baseline-6b194255`),
+    the layout `--control-dir` gives every run: one stop file per run, not one for
+    every job of the store.
+    """
+    if log.kind == "mlflow_metric" and (metric := metric_key(log.path)) is not None:
+        return metric[0]
+    if log.kind == "mlflow_db" and run.startswith(log.run + "/"):
+        return log.path.parent.joinpath(*run[len(log.run) + 1 :].split("/"))
+    directory = log.path.parent
+    return directory.parent if log.tag_prefix else directory
 
 
 def run_of(directory: Path, root: Path, root_name: str, top: Path | None = None) -> tuple[str, str]:
@@ -178,13 +201,34 @@ class Root:
         top = self.top if self.top.is_dir() else self.top.parent
         if kind is None:
             metric = metric_key(path)
-            if metric is None:
+            record = run_record(path) if metric is None and path.name == "meta.yaml" else None
+            run_dir = metric[0] if metric is not None else record
+            if run_dir is None:
                 return None
-            run_dir, key = metric
             store, _ = run_of(store_relative(run_dir), self.rel_root, self.name, top)
-            run = f"{store}/{mlflow_run_name(run_dir)}"
-            return LogFile(path, "mlflow_metric", safe_name(run), key, inside=self.inside)
+            run = safe_name(f"{store}/{mlflow_run_name(run_dir)}")
+            if metric is None:  # the run's params, tags and status (mlflow_run.py)
+                return LogFile(run_key(run_dir), "mlflow_run", run, "", inside=self.inside)
+            return LogFile(path, "mlflow_metric", run, metric[1], inside=self.inside)
         directory = path.parent
+        if kind == "text" and _wandb_own_log(path):
+            return None
+        tracked = path if kind == "wandb" else None
+        if kind == "text" and directory.name == "files" and _is_wandb_run(directory.parent):
+            tracked = next(iter(sorted(directory.parent.glob("run-*.wandb"))), None)
+            if tracked is None:
+                return None  # the job's stdout, before W&B's run file: a log once that is
+        if tracked is not None:  # a W&B run, and its `files/output.log`: named as W&B names it
+            named = wandb_run_name(tracked)
+            if named is None:
+                return None  # its run record is yet to be written: a log once it is
+            if named:
+                wandb_dir = tracked.parent.parent
+                if wandb_dir != self.rel_root and self.rel_root not in wandb_dir.parents:
+                    return LogFile(path, kind, safe_name(named), "", inside=self.inside)
+                store_name, _ = run_of(wandb_dir, self.rel_root, self.name, top)
+                run = safe_name(f"{store_name}/{named}")
+                return LogFile(path, kind, run, "", inside=self.inside)
         if kind == "text":  # `logs/exp1.out` beside `logs/exp1/` is exp1's (docs/sources.md)
             beside = directory / path.name.rsplit(".", 1)[0]
             if beside.is_dir():
@@ -257,6 +301,24 @@ def _is_split(directory: Path, below: bool) -> bool:
         return False
     others = (SPLIT_DIRS | PAIRED_SPLIT_DIRS) - {name}
     return below or any((directory.parent / other).is_dir() for other in others)
+
+
+def _is_wandb_run(directory: Path) -> bool:
+    """A W&B run directory, by the names W&B gives it (`wandb/offline-run-*`, `wandb/run-*`):
+    known before its files are written."""
+    return directory.parent.name == "wandb" and directory.name.startswith(("offline-run-", "run-"))
+
+
+def _wandb_own_log(path: Path) -> bool:
+    """W&B's own debug logs (`wandb/debug.log`, a run's `logs/debug-internal.log`): the
+    tracker's diagnostics, not the job's words; its errors (an upload that failed) would
+    page as the run's."""
+    if not path.name.startswith("debug"):
+        return False
+    directory = path.parent
+    if directory.name == "wandb":  # named as W&B names them: written before the run file
+        return True
+    return directory.name == "logs" and _is_wandb_run(directory.parent)
 
 
 def _home(path: Path) -> Path:

@@ -1,7 +1,9 @@
-"""Which tail follows a log: a FileTail for a file of records, MlflowDbTail for a database.
+"""Which tail follows a log: a FileTail for a file of records, MlflowDbTail for a database,
+MlflowRunTail for a file-store MLflow run's params, tags and status.
 
-A byte offset and a decoder follow every log format but one: a SQLite store is
-rewritten in place page by page, so it is followed by rowid (mlflow_db.py).
+A byte offset and a decoder follow every log format but two: a SQLite store is
+rewritten in place page by page, so it is followed by rowid (mlflow_db.py), and
+a file-store run's trace is a file per key (mlflow_run.py).
 Both have the interface the loop and the offline reader use, `Tail`.
 """
 
@@ -9,10 +11,11 @@ from __future__ import annotations
 
 from trainsentry.sources.discover import LogFile
 from trainsentry.sources.mlflow_db import MlflowDbTail
+from trainsentry.sources.mlflow_run import MlflowRunTail
 from trainsentry.sources.tail import FileTail
 from trainsentry.state.db import Checkpoint
 
-Tail = FileTail | MlflowDbTail
+Tail = FileTail | MlflowDbTail | MlflowRunTail
 
 
 def follow(
@@ -21,4 +24,6 @@ def follow(
     """A tail of `log` resuming at `checkpoint` (see FileTail for `relearn_from`)."""
     if log.kind == "mlflow_db":
         return MlflowDbTail(log, checkpoint)
+    if log.kind == "mlflow_run":
+        return MlflowRunTail(log, checkpoint)
     return FileTail(log, checkpoint, relearn_from=relearn_from)

@@ -45,6 +45,7 @@ from orjson import loads as _orjson_loads
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
+from trainsentry.sources.run_trace import TraceMemory, flatten
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 TIME_KEYS = ("time", "timestamp", "wall_time", "_timestamp")
@@ -193,14 +194,18 @@ class JsonlDecoder:
         # and one tags tuple serve them all (and stay in the CPU's caches)
         self._plans = _PLANS
         self._shapes = _SHAPES
+        self._memory = TraceMemory()  # what metadata records told (_meta)
+        self._feeding: Decoded | None = None
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         end, offset, lines, cut = self._lines.split(data)
         result = Decoded(consumed=end)
+        self._memory.resend(result)
         if cut is not None:
             result.errors.append(cut)
         if not lines:
             return result
+        self._feeding = result
         rows, errors = result.rows, result.errors
         for line in lines:
             start = offset
@@ -281,6 +286,8 @@ class JsonlDecoder:
 
     def _decode_any(self, record: dict[str, Any], file_time: float, out: list[Row]) -> None:
         if ("kind" in record or "type" in record or "_meta" in record) and _is_meta(record):
+            if self._feeding is not None:
+                self._meta(record, self._feeding)
             return
         step: int | None = None
         for key in STEP_KEYS:
@@ -334,15 +341,33 @@ class JsonlDecoder:
         when = file_time if wall_time is None else wall_time
         out.append(_new_row(Row, (at, when, self._shapes(tuple(tags)), tuple(values))))
 
+    def _meta(self, record: dict[str, Any], out: Decoded) -> None:
+        """A metadata record (the probe's meta record: host, git commit, seed, hparams) is
+        the run's trace: its hparams as `params`, the rest as `meta`; lists are left out
+        (the probe's layer names are no identity of a run)."""
+        meta: list[tuple[str, str]] = []
+        for key, value in record.items():
+            if key not in _MARKS and key != "hparams":
+                flatten(key, value, meta, lists=False)
+        params: list[tuple[str, str]] = []
+        hparams = record.get("hparams")
+        if isinstance(hparams, dict):
+            for key, value in hparams.items():
+                flatten(str(key), value, params, lists=False)
+        self._memory.add(out, "meta", meta)
+        self._memory.add(out, "params", params)
+
     def snapshot(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"counter": self._counter}
         if self._lines.skipping:
-            return {"counter": self._counter, "skipping": True}
-        return {"counter": self._counter}
+            state["skipping"] = True
+        return self._memory.snapshot(state)
 
     def restore(self, state: dict[str, Any]) -> None:
         counter = state.get("counter", 0)
         self._counter = counter if type(counter) is int and counter >= 0 else 0
         self._lines.skipping = state.get("skipping") is True
+        self._memory.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A JSONL file rewritten in place is read as new: no writer we know rewrites

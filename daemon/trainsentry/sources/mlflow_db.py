@@ -30,15 +30,24 @@ import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
-from trainsentry.point import Row
+from trainsentry.point import Row, RunEnd, Trace
 from trainsentry.sources.base import Shapes
 from trainsentry.sources.discover import LogFile
-from trainsentry.sources.tail import TailRead
+from trainsentry.sources.run_trace import section
+from trainsentry.sources.tail import TailRead, stat_or_say
 from trainsentry.state.db import Checkpoint
 
 ROWS_PER_READ = 50_000
 BUSY_MS = 50
 _NEEDED = {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
+
+
+# MLflow's final run statuses as run lives (rules/log_rules.py), with their causes.
+ENDINGS = {
+    "FINISHED": ("finished", ""),
+    "FAILED": ("crashed", "MLflow run status FAILED"),
+    "KILLED": ("cancelled", "MLflow run status KILLED"),
+}
 
 
 class NotAStore(Exception):
@@ -80,6 +89,11 @@ class MlflowDbTail:
         self._shapes = Shapes()
         self._said: set[str] = set()
         self._conn: sqlite3.Connection | None = None
+        # Not kept across restarts: a restarted daemon reads the traces again, and says
+        # again which of the runs it knows ended (it keeps no run's life).
+        self._trace_marks = {"params": 0, "tags": 0}
+        self._end_mark = 0
+        self._told_end: dict[str, tuple[str, int | None]] = {}
         if checkpoint is not None:
             self._dev, self._ino, self._mark = checkpoint.dev, checkpoint.ino, checkpoint.offset
             self._known = set(checkpoint.decoder_state.get("runs", []))
@@ -97,23 +111,21 @@ class MlflowDbTail:
 
     def read(self, budget: int = 0, *, same_file: bool = False) -> TailRead:
         out = TailRead(self.log.run)
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            out.gone = True
-            return out
-        except OSError as exc:
-            out.unreadable = f"cannot stat: {exc.strerror or exc}"
+        st = stat_or_say(self.path, out)
+        if st is None:
             return out
         if (st.st_dev, st.st_ino) != (self._dev, self._ino):
             if self._dev or self._ino:  # replaced by another database: read it anew
-                self._mark = 0
+                self._mark = self._end_mark = 0
+                self._trace_marks = dict.fromkeys(self._trace_marks, 0)
                 self._names.clear()
+                self._told_end.clear()
             self.close()
             self._dev, self._ino = st.st_dev, st.st_ino
         rows: list[tuple] = []
         try:
             conn = self._connect()
+            ended = self._ended(conn)  # before the metrics: an end's rows are read by then
             # iterated, not fetched whole: in a damaged database the rows before the
             # damage are still delivered
             for row in conn.execute(
@@ -124,6 +136,7 @@ class MlflowDbTail:
                 rows.append(row)
             if any(r[1] not in self._names for r in rows):
                 self._load_names(conn)
+            told = self._traces(conn)
         except NotAStore as exc:
             self.not_a_store = str(exc)
             self.close()
@@ -131,7 +144,7 @@ class MlflowDbTail:
         except sqlite3.OperationalError as exc:
             self.close()
             if "locked" in str(exc) or "busy" in str(exc):
-                self._say(out, f"{self.path}: locked by a writer: read again at its next change")
+                out.busy = "locked by a writer"
             else:
                 self._say(out, f"{self.path}: {exc}: tried again at the next change")
             self._deliver(out, rows)
@@ -143,13 +156,70 @@ class MlflowDbTail:
             return out
         self._deliver(out, rows)
         out.more = len(rows) == ROWS_PER_READ
+        for uuid, trace in told.items():
+            out.traces.append((self._name(uuid), trace))
+        if not out.more:  # every row of the runs that ended is delivered: say they ended
+            self._say_ended(out, ended)
         return out
+
+    def _name(self, uuid: str) -> str:
+        return self._names.get(uuid) or _run_id(self.log.run, "", "", uuid)
+
+    def _traces(self, conn: sqlite3.Connection) -> dict[str, Trace]:
+        """The params and tags written since the last read, by run: rowid marks, as for
+        the metrics (MLflow inserts a param once; a tag set again is updated in place,
+        and read again with the run's end)."""
+        got: dict[str, Trace] = defaultdict(dict)
+        marks = dict(self._trace_marks)
+        for table in marks:
+            rows = conn.execute(
+                f"SELECT rowid, run_uuid, key, value FROM {table} "
+                "WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                (marks[table], ROWS_PER_READ),
+            ).fetchall()
+            for _rowid, uuid, key, value in rows:
+                got[uuid].setdefault(table, {})[key] = "" if value is None else str(value)
+            if rows:
+                marks[table] = rows[-1][0]
+        self._trace_marks = marks
+        if any(uuid not in self._names for uuid in got):
+            self._load_names(conn)
+        return {uuid: {t: section(e) for t, e in trace.items()} for uuid, trace in got.items()}
+
+    def _ended(self, conn: sqlite3.Connection) -> list[tuple[str, str, int | None]]:
+        """Runs whose status is final and not yet told, from an end_time mark."""
+        return [
+            (uuid, status, end)
+            for uuid, status, end in conn.execute(
+                "SELECT run_uuid, status, end_time FROM runs WHERE status IN "
+                "('FINISHED', 'FAILED', 'KILLED') AND (end_time IS NULL OR end_time >= ?)",
+                (self._end_mark,),
+            )
+            if self._told_end.get(uuid) != (status, end)
+        ]
+
+    def _say_ended(self, out: TailRead, ended: list[tuple[str, str, int | None]]) -> None:
+        for uuid, status, end in ended:
+            self._told_end[uuid] = (status, end)
+            if end is not None:
+                self._end_mark = max(self._end_mark, end)
+            run = self._name(uuid)
+            if run not in self._known:  # no metrics: no alert to end, no run shown
+                continue
+            state, cause = ENDINGS[status]
+            try:  # tags set again since they were read (a note, a result)
+                assert self._conn is not None
+                tags = self._conn.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (uuid,))
+                out.traces.append((run, {"tags": section([(k, v or "") for k, v in tags])}))
+            except sqlite3.Error:
+                pass  # locked now: the tags first read stand
+            out.ends.append(RunEnd(state, cause, end / 1000 if end else math.nan, run))
 
     def _deliver(self, out: TailRead, rows: list[tuple]) -> None:
         by_run: dict[str, list[Row]] = defaultdict(list)
         shapes = self._shapes
         for _rowid, uuid, key, value, stamp, step, is_nan in rows:
-            run = self._names.get(uuid) or _run_id(self.log.run, "", "", uuid)
+            run = self._name(uuid)
             value = math.nan if is_nan else float(value)
             wall = stamp / 1000.0 if stamp is not None else math.nan
             by_run[run].append(Row(int(step), wall, shapes((key,)), (value,)))

@@ -24,6 +24,7 @@ from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Lines
 
 METRICS_DIR = "metrics"
+RECORD_DIRS = ("params", "tags")
 _TAG = ("",)
 
 
@@ -39,7 +40,30 @@ def metric_key(path: Path) -> tuple[Path, str] | None:
     return run_dir, "/".join(parts[at + 1 :])
 
 
-def _yaml_field(path: Path, field: str) -> str:
+def run_record(path: Path) -> Path | None:
+    """The run directory whose `meta.yaml`, param or tag `path` is; None for other files.
+    A run's params, tags and status are followed by one tail per run (mlflow_run.py)."""
+    parts = path.parts
+    if path.name == "meta.yaml":
+        run_dir = path.parent
+    else:
+        at = max((i for i, p in enumerate(parts[:-1]) if p in RECORD_DIRS), default=-1)
+        if at < 1:
+            return None
+        run_dir = Path(*parts[:at])
+    if not (run_dir / "meta.yaml").is_file() or not (run_dir.parent / "meta.yaml").is_file():
+        return None
+    return run_dir if (run_dir / METRICS_DIR).is_dir() or (run_dir / "tags").is_dir() else None
+
+
+def run_key(run_dir: Path) -> Path:
+    """The path a run's params-tags-status tail is known by: its `tags` directory, which
+    sorts after its metric files, so a cycle reads the run's last metrics before its end
+    (mlflow_run.py)."""
+    return run_dir / "tags"
+
+
+def yaml_field(path: Path, field: str) -> str:
     """A top-level scalar of an MLflow meta.yaml, without a YAML parser on the hot path:
     MLflow writes these files with yaml.safe_dump, one `key: value` a line."""
     try:
@@ -55,11 +79,11 @@ def _yaml_field(path: Path, field: str) -> str:
 @lru_cache(maxsize=4096)
 def run_name(run_dir: Path) -> str:
     """`<experiment name>/<run name>-<run id[:8]>` of a file-store run directory."""
-    experiment = _yaml_field(run_dir.parent / "meta.yaml", "name") or run_dir.parent.name
+    experiment = yaml_field(run_dir.parent / "meta.yaml", "name") or run_dir.parent.name
     try:
         name = (run_dir / "tags" / "mlflow.runName").read_text(errors="replace").strip()
     except OSError:
-        name = _yaml_field(run_dir / "meta.yaml", "run_name")
+        name = yaml_field(run_dir / "meta.yaml", "run_name")
     return f"{experiment.replace('/', '_')}/{(name or 'run').replace('/', '_')}-{run_dir.name[:8]}"
 
 

@@ -11,17 +11,20 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point, TextEvent
+from trainsentry.point import Point, RunEnd, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
 from trainsentry.sources.tail import TailRead
+
+TRACKER_KINDS = ("wandb", "mlflow_db", "mlflow_run")  # the logs that say how their runs ended
 
 
 def iter_batches(
     paths: Iterable[str | Path],
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
+    on_busy: Callable[[str], None] | None = None,
 ) -> Iterator[list[Point]]:
     """Batches of points, file by file in sorted order, each file to its end.
 
@@ -29,17 +32,18 @@ def iter_batches(
     command line deserves a clear error, not an empty result.
     """
     for log in _logs(paths, on_empty):
-        yield from _read(log, on_error)
+        yield from _read(log, on_error, on_busy)
 
 
 def iter_files(
     paths: Iterable[str | Path],
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
+    on_busy: Callable[[str], None] | None = None,
 ) -> Iterator[list[Point]]:
     """Each file's points in file order, file by file in sorted order."""
     for log in _logs(paths, on_empty):
-        yield [p for batch in _read(log, on_error) for p in batch]
+        yield [p for batch in _read(log, on_error, on_busy) for p in batch]
 
 
 def wall_order(point: Point) -> float:
@@ -51,6 +55,7 @@ def iter_points(
     paths: Iterable[str | Path],
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
+    on_busy: Callable[[str], None] | None = None,
 ) -> Iterator[Point]:
     """The points in the order a live daemon judges them.
 
@@ -61,7 +66,7 @@ def iter_points(
     are not sorted (a clock stepped back), so one file is fed exactly as live
     reads it, where sorting every point would reorder it.
     """
-    yield from heapq.merge(*iter_files(paths, on_error, on_empty), key=wall_order)
+    yield from heapq.merge(*iter_files(paths, on_error, on_empty, on_busy), key=wall_order)
 
 
 def _logs(
@@ -91,14 +96,31 @@ def iter_events(
                 yield from got.events
 
 
-def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
-    for got in _reads(log, on_error):
+def iter_ends(paths: Iterable[str | Path]) -> Iterator[RunEnd]:
+    """What the trackers' stores say of how their runs ended (MLflow's run status, W&B's
+    exit record): what `replay` ends those runs with, after their points and events."""
+    for log in _logs(paths):
+        if log.kind in TRACKER_KINDS:
+            for got in _reads(log, None):
+                yield from got.ends
+
+
+def _read(
+    log: LogFile, on_error: Callable[[str], None] | None, on_busy: Callable[[str], None] | None
+) -> Iterator[list[Point]]:
+    for got in _reads(log, on_error, on_busy):
         if got.points:
             yield got.points
 
 
-def _reads(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[TailRead]:
-    """The file's reads from its start to its end, errors told to `on_error`."""
+def _reads(
+    log: LogFile,
+    on_error: Callable[[str], None] | None,
+    on_busy: Callable[[str], None] | None = None,
+) -> Iterator[TailRead]:
+    """The file's reads from its start to its end, errors told to `on_error`; a log a
+    writer holds locked now (nothing skipped, nothing read) to `on_busy`, or else
+    `on_error`."""
     tail = follow(log)
     try:
         while True:
@@ -108,6 +130,10 @@ def _reads(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[Tai
                     on_error(err)
                 if got.unreadable:
                     on_error(f"{tail.path}: {got.unreadable}")
+            if got.busy:
+                told = on_busy or on_error
+                if told is not None:
+                    told(f"{tail.path}: {got.busy}")
             yield got
             if not got.more:
                 break

@@ -26,7 +26,7 @@ import stat
 import time
 from dataclasses import dataclass, field, replace
 
-from trainsentry.point import Point, Row, TextEvent, points_of
+from trainsentry.point import Point, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
 from trainsentry.sources.discover import LogFile, refusal
 from trainsentry.sources.formats import new_decoder
@@ -50,11 +50,17 @@ class TailRead:
     # the OS refused to stat, open or read the file (permissions, I/O error): the
     # read is retried from the same offset next time, nothing is skipped
     unreadable: str | None = None
+    # a writer holds the log locked (a SQLite store mid-transaction): nothing read or
+    # skipped, read again from the same place at its next change
+    busy: str | None = None
     replayed_rows: list[Row] = field(default_factory=list)  # read again to relearn, see above
     # rows of other runs than `run`: a tracker's store holds many (mlflow_db.py)
     others: list[tuple[str, list[Row]]] = field(default_factory=list)
     # a text log's events, of `run`; none while relearning: text alerts are not relearned
     events: list[TextEvent] = field(default_factory=list)
+    # what trackers say of their runs besides points: traces (run_trace.py) and ends
+    traces: list[tuple[str, Trace]] = field(default_factory=list)
+    ends: list[RunEnd] = field(default_factory=list)
 
     @property
     def points(self) -> list[Point]:
@@ -70,6 +76,17 @@ class TailRead:
     @property
     def replayed(self) -> list[Point]:
         return points_of(self.run, self.replayed_rows)
+
+
+def stat_or_say(path: str, out: TailRead) -> os.stat_result | None:
+    """The path's stat; None with `out` saying why (gone, or the OS refused) when there is none."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        out.gone = True
+    except OSError as exc:
+        out.unreadable = f"cannot stat: {exc.strerror or exc}"
+    return None
 
 
 def _matches(fd: int, cp: Checkpoint) -> bool:
@@ -376,6 +393,10 @@ class FileTail:
         if decoded.events and self._replay_until is None:
             run, path = self.log.run, self.path
             out.events.extend(replace(e, run=run, path=path) for e in decoded.events)
+        if decoded.trace:  # relearnt too: a restart keeps no trace but the logs'
+            out.traces.append((self.log.run, decoded.trace))
+        if decoded.ends:
+            out.ends.extend(replace(e, run=self.log.run) for e in decoded.ends)
         consumed = decoded.consumed
         if consumed:
             self._offset += consumed

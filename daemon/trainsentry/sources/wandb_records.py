@@ -24,15 +24,19 @@ is said once and not read.
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 import zlib
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError as DecodeProtoError
 
-from trainsentry.point import Row
+from trainsentry.point import Row, RunEnd
 from trainsentry.sources.base import Decoded, DecodeError, Shapes
+from trainsentry.sources.run_trace import TraceMemory, flatten
 
 BLOCK = 32768
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
@@ -42,49 +46,60 @@ _FRAME = struct.Struct("<IHB")
 _TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(256)]
 
 
+# The part of `wandb_internal.Record` read here: per message, its fields as
+# `name=number:type` (W&B's numbers, wandb/proto/wandb_internal.proto), `*` for a
+# repeated field, `|` for the fields of the message's one oneof.
+_MESSAGES = {
+    "HistoryStep": "num=1:int64",
+    "HistoryItem": "key=1:string nested_key=2:*string integer=5:|sint64 number=6:|double "
+    "value_json=16:string",
+    "HistoryRecord": "item=1:*HistoryItem step=2:HistoryStep",
+    "ConfigItem": "key=1:string nested_key=2:*string value_json=16:string",
+    "ConfigRecord": "update=1:*ConfigItem",
+    "GitRepoRecord": "remote_url=1:string commit=2:string",
+    "RunRecord": "run_id=1:string project=3:string config=4:ConfigRecord "
+    "display_name=8:string host=13:string git=21:GitRepoRecord",
+    "RunExitRecord": "exit_code=1:int32",
+    "RunPreemptingRecord": "",
+    "Record": "history=2:|HistoryRecord config=5:|ConfigRecord run=17:|RunRecord "
+    "exit=18:|RunExitRecord preempting=23:|RunPreemptingRecord",
+}
+_ONEOF = {"HistoryItem": "value", "Record": "record_type"}
+
+
 def _record_class() -> Any:
-    """The part of `wandb_internal.Record` read here, as a protobuf class built at import.
+    """`_MESSAGES` as a protobuf class built at import.
 
     Built from a descriptor, not from wandb's generated module: the field numbers
-    and types are W&B's (wandb/proto/wandb_internal.proto), the parsing protobuf's
-    own C code, and every field not declared here is skipped as unknown.
+    and types are W&B's, the parsing protobuf's own C code, and every field not
+    declared here is skipped as unknown.
     """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     f = descriptor_pb2.FieldDescriptorProto
+    package = "trainsentry_wandb"
     proto = descriptor_pb2.FileDescriptorProto(
-        name="trainsentry/wandb_record.proto", package="trainsentry_wandb", syntax="proto3"
+        name="trainsentry/wandb_record.proto", package=package, syntax="proto3"
     )
-
-    def message(name: str, *fields: tuple[str, int, int, int, str]) -> Any:
+    for name, spec in _MESSAGES.items():
         msg = proto.message_type.add(name=name)
-        for field_name, number, kind, label, type_name in fields:
-            field = msg.field.add(name=field_name, number=number, type=kind, label=label)
-            if type_name:
-                field.type_name = type_name
-        return msg
-
-    one, many = f.LABEL_OPTIONAL, f.LABEL_REPEATED
-    message("HistoryStep", ("num", 1, f.TYPE_INT64, one, ""))
-    item = message(
-        "HistoryItem",
-        ("key", 1, f.TYPE_STRING, one, ""),
-        ("nested_key", 2, f.TYPE_STRING, many, ""),
-        ("integer", 5, f.TYPE_SINT64, one, ""),
-        ("number", 6, f.TYPE_DOUBLE, one, ""),
-        ("value_json", 16, f.TYPE_STRING, one, ""),
-    )
-    item.oneof_decl.add(name="value")
-    item.field[2].oneof_index = item.field[3].oneof_index = 0
-    message(
-        "HistoryRecord",
-        ("item", 1, f.TYPE_MESSAGE, many, ".trainsentry_wandb.HistoryItem"),
-        ("step", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryStep"),
-    )
-    message("Record", ("history", 2, f.TYPE_MESSAGE, one, ".trainsentry_wandb.HistoryRecord"))
+        if name in _ONEOF:
+            msg.oneof_decl.add(name=_ONEOF[name])
+        for declared in spec.split():
+            field_name, rest = declared.split("=")
+            number, kind = rest.split(":")
+            field = msg.field.add(name=field_name, number=int(number))
+            field.label = f.LABEL_REPEATED if kind.startswith("*") else f.LABEL_OPTIONAL
+            if kind.startswith("|"):
+                field.oneof_index = 0
+            kind = kind.lstrip("*|")
+            if kind in _MESSAGES:
+                field.type, field.type_name = f.TYPE_MESSAGE, f".{package}.{kind}"
+            else:
+                field.type = getattr(f, f"TYPE_{kind.upper()}")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trainsentry_wandb.Record"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Record"))
 
 
 Record = _record_class()
@@ -99,6 +114,49 @@ def _json_number(raw: str) -> float | None:
         return None
 
 
+def _config_items(items: Any) -> list[tuple[str, str]]:
+    """A config record's items as trace entries: W&B's own `_wandb` keys left out, a
+    nested value's keys joined with `/` as history keys are, a string without its quotes."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key = item.key or "/".join(item.nested_key)
+        if key.startswith("_"):
+            continue
+        try:
+            value = json.loads(item.value_json) if item.value_json else None
+        except ValueError:
+            value = item.value_json
+        flatten(key, value, out)
+    return out
+
+
+HEAD_BYTES = 2 * BLOCK  # where a run file's run record is: its second record
+
+
+def run_name(path: Path) -> str | None:
+    """`<project>/<display name>-<run id>` from the run record at the file's head, the
+    name a user gave `wandb.init(name=...)`; "" when the file cannot tell (not a W&B
+    run file, a damaged head); None while the record is yet to be written.
+
+    wandb-core writes the file in 32 KiB blocks: a live run's file holds its header
+    alone until its first block is full (or the run ends), and the run record is in
+    that block, so waiting for the name costs no point."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return ""
+    decoded = WandbDecoder().feed(head, at_eof=False, file_time=math.nan)
+    about = decoded.trace.get("run")
+    if about is None:
+        waiting = head[:HEADER_LEN] == HEADER and len(head) < BLOCK and not decoded.errors
+        return None if waiting or len(head) < HEADER_LEN else ""
+    run_id = about.get("id", "").replace("/", "_")
+    name = (about.get("name") or run_id).replace("/", "_")
+    project = (about.get("project") or "project").replace("/", "_")
+    return f"{project}/{name}-{run_id}" if run_id else ""
+
+
 class WandbDecoder:
     """Bytes of a `.wandb` file → one Row per history record with numbers."""
 
@@ -106,10 +164,12 @@ class WandbDecoder:
         self._pos = 0  # the file offset of the next byte fed: blocks are aligned to it
         self._refused = False
         self._shapes = Shapes()
+        self._memory = TraceMemory()  # what the run, config and exit records said
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         raw = data if isinstance(data, bytes) else bytes(data)
         out = Decoded(consumed=0)
+        self._memory.resend(out)
         if self._refused:
             out.consumed = len(raw)
             self._pos += len(raw)
@@ -201,7 +261,10 @@ class WandbDecoder:
         except DecodeProtoError:
             out.errors.append(DecodeError(offset, "a W&B record that is no protobuf: skipped"))
             return
-        if not parsed.HasField("history"):
+        which = parsed.WhichOneof("record_type")
+        if which != "history":
+            if which is not None:
+                self._tell(out, parsed, which, file_time)
             return
         history = parsed.history
         step: int | None = history.step.num if history.HasField("step") else None
@@ -231,12 +294,33 @@ class WandbDecoder:
         if tags:
             out.rows.append(Row(step or 0, wall, self._shapes(tuple(tags)), tuple(values)))
 
+    def _tell(self, out: Decoded, record: Any, which: str, file_time: float) -> None:
+        """What a record other than history says of the run: its trace, its end."""
+        if which == "run":
+            run = record.run
+            about = {"project": run.project, "name": run.display_name, "id": run.run_id,
+                     "host": run.host, "git commit": run.git.commit,
+                     "git remote": run.git.remote_url}  # fmt: skip
+            self._memory.add(out, "run", [(k, v) for k, v in about.items() if v])
+            self._memory.add(out, "config", _config_items(run.config.update))
+        elif which == "config":
+            self._memory.add(out, "config", _config_items(record.config.update))
+        elif which == "exit":
+            code = record.exit.exit_code
+            end = RunEnd("finished") if code == 0 else RunEnd("crashed", f"W&B exit code {code}")
+            self._memory.end(out, replace(end, wall=file_time))
+        elif which == "preempting":
+            self._memory.end(out, RunEnd("preempted", "W&B run marked preempting", file_time))
+
     def snapshot(self) -> dict[str, Any]:
-        return {"pos": self._pos, "refused": self._refused}
+        return self._memory.snapshot({"pos": self._pos, "refused": self._refused})
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Resumed mid-file, after the run and config records: what they said is said
+        again with the first read (TraceMemory)."""
         self._pos = int(state.get("pos", 0))
         self._refused = bool(state.get("refused", False))
+        self._memory.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A rewritten .wandb file is a new run's: read it from the start."""

@@ -196,6 +196,7 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
         ],
         "state": "running",
         "cause": "",
+        "trace": {},
     }
     assert second["run"] == "exp2/seed0" and second["firing"] == []
 

@@ -132,3 +132,20 @@ def test_a_bad_regex_and_a_metric_on_a_pattern_are_reported_where_they_are(tmp_p
     text = "\n".join(caught.value.errors)
     assert "rules.yaml:4:" in text and "bad regex" in text
     assert "rules.yaml:5:" in text and "a pattern reads the run's text logs" in text
+
+
+def test_a_trackers_word_ends_the_run_unless_its_logs_told_how_first(tmp_path: Path) -> None:
+    engine = LogEngine(rules(tmp_path, OOM))
+    engine.saw("run", 40, 90.0)
+    engine.reported("quiet", "crashed", "MLflow run status FAILED", 95.0)
+    engine.feed([line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")])
+    engine.reported("run", "crashed", "MLflow run status FAILED", 101.0)
+    assert [(run, life.reason) for run, life in engine.ended] == [
+        ("quiet", "run crashed: MLflow run status FAILED"),
+        ("run", "run crashed: CUDA OOM (2 GiB)"),
+    ]
+    quiet = engine.life("quiet")
+    assert quiet is not None and quiet.ended_wall == 95.0
+    # metrics long after the tracker's end: the run was resumed, and runs again
+    engine.saw("quiet", 50, 95.0 + 60)
+    assert engine.life("quiet").state == "running"  # type: ignore[union-attr]

@@ -256,3 +256,31 @@ def test_lines_read_by_their_keys_plan_equal_the_general_path(
 
     assert comparable(fast.rows) == comparable(slow.rows)
     assert fast.errors == slow.errors
+
+
+def test_the_probes_meta_record_is_the_runs_trace_and_is_told_again_after_a_restart() -> None:
+    import torch
+
+    from trainsentry_probe.meta import meta_record
+
+    record = meta_record(
+        run_id="r1", logdir="/logs/exp", rank=0, world_size=1, device=torch.device("cpu"),
+        seed=7, hparams={"lr": 0.001, "opt": {"name": "adamw"}, "token": "hf_" + "a" * 30},
+        options={"every": 10}, layers=["fc1", "fc2"],
+    )  # fmt: skip
+    decoder = JsonlDecoder()
+    got = decoder.feed(
+        (json.dumps(record) + "\n" + json.dumps({"step": 1, "loss": 0.5}) + "\n").encode(),
+        at_eof=True,
+        file_time=0.0,
+    )
+    assert len(got.rows) == 1
+    assert got.trace["params"] == {"lr": "0.001", "opt/name": "adamw", "token": "****"}
+    meta = got.trace["meta"]
+    assert (meta["seed"], meta["host"], meta["run_id"], meta["options/every"]) == (
+        "7", record["host"], "r1", "10",
+    )  # fmt: skip
+    assert "layers" not in meta
+    resumed = JsonlDecoder()
+    resumed.restore(json.loads(json.dumps(decoder.snapshot())))
+    assert resumed.feed(b"", at_eof=True, file_time=0.0).trace == got.trace

@@ -9,7 +9,7 @@ from support.trackers import expected, write_all
 
 from trainsentry.point import Row
 from trainsentry.sources.base import DecodeError
-from trainsentry.sources.wandb_records import BLOCK, WandbDecoder
+from trainsentry.sources.wandb_records import BLOCK, HEADER_LEN, WandbDecoder, run_name
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,26 @@ def test_a_file_of_a_newer_format_version_is_said_once_and_not_read(run_file: by
         "a .wandb file of header version 1 (this trainsentry reads 0): not read"
     ]
     assert consumed == len(newer)
+
+
+def test_a_run_is_named_by_its_run_record_once_that_is_written(
+    run_file: bytes, tmp_path: Path
+) -> None:
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(run_file[:HEADER_LEN])  # wandb-core's file before its first block
+    assert run_name(path) is None
+    path.write_bytes(run_file)
+    named = run_name(path)
+    assert named is not None and named.startswith("trackers/diverge-")
+    path.write_bytes(b"no W&B header at all")
+    assert run_name(path) == ""  # the decoder says why; the run is named by its directory
+
+
+def test_a_restarted_decoder_says_the_runs_trace_and_end_again(run_file: bytes) -> None:
+    first = WandbDecoder()
+    told = first.feed(run_file, at_eof=True, file_time=5.0)
+    assert told.trace["run"]["name"] == "diverge" and told.ends[0].state == "finished"
+    resumed = WandbDecoder()
+    resumed.restore(first.snapshot())
+    again = resumed.feed(b"", at_eof=True, file_time=6.0)
+    assert (again.trace, again.ends) == (told.trace, told.ends)
