@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
-from trainsentry.point import Row, TextEvent
+from trainsentry.point import ProbeMark, Row, TextEvent
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, store_of
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 RowSink = Callable[[str, list[Row]], None]
 # A text log's new events, with their run (sources/textlog.py).
 EventSink = Callable[[str, list[TextEvent]], None]
+# The probe's meta and end records of a file, with their run (sources/probe_marks.py).
+MarkSink = Callable[[str, list[ProbeMark]], None]
 _VALUES = itemgetter(3)  # a Row's values
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
@@ -110,9 +112,11 @@ class Daemon:
         memory: Memory | None = None,
         snapshot_every: float = SNAPSHOT_SECONDS,
         on_events: EventSink | None = None,
+        on_marks: MarkSink | None = None,
     ) -> None:
         """`memory`: the alert state a restart restores and relearns (restart.py);
-        `on_events`: where text logs' events go (none: they are dropped)."""
+        `on_events`: where text logs' events go (none: they are dropped); `on_marks`:
+        where the probe's meta and end records go (none: dropped)."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -122,6 +126,7 @@ class Daemon:
         self._on_release = on_release
         self._on_cycle = on_cycle
         self._on_events = on_events
+        self._on_marks = on_marks
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
@@ -444,6 +449,8 @@ class Daemon:
                         sink(run, rows)
             if got.events and self._on_events is not None:
                 self._on_events(got.run, got.events)
+            if got.marks and self._on_marks is not None:
+                self._on_marks(got.run, got.marks)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -521,6 +528,12 @@ class Daemon:
                 self._on_release(run)
 
     # -- what the notification stage asks about a run -------------------------
+
+    def look_again(self, run: str) -> None:
+        """Read the run's files in the next cycle, changed or not, and begin it now: what
+        a process wrote just before it exited may not have been read yet (processes.py)."""
+        self._pending.update(k for k, t in self._tails.items() if run in t.runs)
+        self._woken = True
 
     def run_files(self, run: str) -> list[Path]:
         """The log files followed for a run (for incident bundles)."""

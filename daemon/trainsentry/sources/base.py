@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.point import Row, Sample, TextEvent, samples_of
+from trainsentry.point import ProbeMark, Row, Sample, TextEvent, samples_of
 from trainsentry.sources.names import safe_name
 
 
@@ -32,6 +32,7 @@ class Decoded:
     rows: list[Row] = field(default_factory=list)  # one per record with values
     errors: list[DecodeError] = field(default_factory=list)
     events: list[TextEvent] = field(default_factory=list)  # text logs' events (textlog.py)
+    marks: list[ProbeMark] = field(default_factory=list)  # the probe's meta and end records
 
     @property
     def samples(self) -> list[Sample]:

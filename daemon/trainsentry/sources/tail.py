@@ -26,7 +26,7 @@ import stat
 import time
 from dataclasses import dataclass, field, replace
 
-from trainsentry.point import Point, Row, TextEvent, points_of
+from trainsentry.point import Point, ProbeMark, Row, TextEvent, points_of
 from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
 from trainsentry.sources.discover import LogFile, refusal
 from trainsentry.sources.formats import new_decoder
@@ -55,6 +55,8 @@ class TailRead:
     others: list[tuple[str, list[Row]]] = field(default_factory=list)
     # a text log's events, of `run`; none while relearning: text alerts are not relearned
     events: list[TextEvent] = field(default_factory=list)
+    # the probe's meta and end records, of `run`; none while relearning, as events
+    marks: list[ProbeMark] = field(default_factory=list)
 
     @property
     def points(self) -> list[Point]:
@@ -376,6 +378,9 @@ class FileTail:
         if decoded.events and self._replay_until is None:
             run, path = self.log.run, self.path
             out.events.extend(replace(e, run=run, path=path) for e in decoded.events)
+        if decoded.marks and self._replay_until is None:
+            run, path = self.log.run, self.path
+            out.marks.extend(replace(m, run=run, path=path) for m in decoded.marks)
         consumed = decoded.consumed
         if consumed:
             self._offset += consumed
