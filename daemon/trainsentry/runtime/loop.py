@@ -34,6 +34,7 @@ from trainsentry.sources.discover import LogFile, is_log, roots, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
 from trainsentry.sources.survey import NO_FILES, nothing_readable
+from trainsentry.sources.tail import FileTail
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -78,6 +79,11 @@ COMMIT_SECONDS = 2.0
 # the store's series (~110 kB for 20 of them), so 10,000 runs are ~1.5 GB; a larger
 # root is split between daemons with --shard. A run beyond it is said once, counted.
 MAX_RUNS = 10_000
+# A text log's event that the next line may still continue (an exception a chained one
+# may follow) is held until its log has been quiet this long, then let go as it is: a
+# crashing Python writes its whole chain in one burst of milliseconds, and a second
+# keeps a crash's page within a second or two of its last line.
+HOLD_SECONDS = 1.0
 # A cycle begins at most this long after the one before: the files changed meanwhile are
 # read in one cycle. A live fleet writes a file every millisecond or so, and every cycle
 # has a cost of its own (the event read, the per-cycle checks, the heartbeat); a tenth
@@ -161,6 +167,7 @@ class Daemon:
         self._relinked: set[str] = set()
         self._relearners: set[str] = set()  # files made to relearn; some may be done
         self._unsaved: dict[str, Tail] = {}  # read since the last commit
+        self._holding: dict[str, float] = {}  # text logs holding an event → when to let go
         self._next_commit = 0.0
         self._last_sweep = 0.0
         self._cycle_began = 0.0
@@ -239,6 +246,8 @@ class Daemon:
                 wait = min(wait, timeout)
             if self._unsaved:  # a quiet moment must not leave offsets uncommitted
                 wait = min(wait, max(0.0, self._next_commit - time.monotonic()))
+            if self._holding:  # a held event is let go after a quiet moment
+                wait = min(wait, max(0.0, min(self._holding.values()) - time.monotonic()))
             self._wait(wait)
             gap = self._cycle_began + BATCH_SECONDS - time.monotonic()
             if gap > 0 and not self.stopping:
@@ -449,6 +458,11 @@ class Daemon:
                         sink(run, rows)
             if got.events and self._on_events is not None:
                 self._on_events(got.run, got.events)
+            if tail.log.kind == "text" and isinstance(tail, FileTail):
+                if tail.holding:  # quiet from this read on, it is let go (text_events.py)
+                    self._holding[key] = time.monotonic() + HOLD_SECONDS
+                else:
+                    self._holding.pop(key, None)
             if got.marks and self._on_marks is not None:
                 self._on_marks(got.run, got.marks)
             if got.more:
@@ -462,6 +476,8 @@ class Daemon:
             if self._backfill_start is not None:
                 self._backfilled(key, points, more=got.more)
         self._pending = again
+        if self._holding:
+            self._let_go()
         if time.monotonic() >= self._next_commit:
             self._commit()
         if gone:
@@ -475,6 +491,22 @@ class Daemon:
         if self.restart is not None and self.restart.due:
             self._snapshot()
         return delivered
+
+    def _let_go(self) -> None:
+        """Hand on the held events of text logs quiet for HOLD_SECONDS: a crash's last
+        traceback, which no line will follow."""
+        now = time.monotonic()
+        for key, due in list(self._holding.items()):
+            if due > now:
+                continue
+            del self._holding[key]
+            tail = self._tails.get(key)
+            if not isinstance(tail, FileTail):
+                continue
+            events = tail.let_go()
+            self._unsaved[key] = tail  # its decoder no longer holds the lines
+            if events and self._on_events is not None:
+                self._on_events(tail.log.run, events)
 
     def _relearning(self, key: str) -> bool:
         tail = self._tails.get(key)
@@ -516,6 +548,7 @@ class Daemon:
                 self._files_of.pop(run, None)
             self._tails.pop(k).close()
             self._unsaved.pop(k, None)
+            self._holding.pop(k, None)
             self._relinked.discard(k)
             self.access.forget(k)
             log.info("released %s", k)

@@ -423,6 +423,19 @@ class FileTail:
             self._decode(out, data[back:], True, time.time())
         return True
 
+    @property
+    def holding(self) -> bool:
+        """A text log's event is held for lines that may continue it (text_events.py)."""
+        return bool(getattr(self._decoder, "holding", False))
+
+    def let_go(self) -> list[TextEvent]:
+        """The held event of a text log, let go: its log has been quiet (runtime/loop.py)."""
+        let_go = getattr(self._decoder, "let_go", None)
+        if let_go is None:
+            return []
+        run, path = self.log.run, self.path
+        return [replace(e, run=run, path=path) for e in let_go()]
+
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
         """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""
         cache = self._prefixed
