@@ -23,6 +23,7 @@ from trainsentry.arguments import build_parser
 if TYPE_CHECKING:
     from trainsentry.alerts.route import Route
     from trainsentry.config import Config
+    from trainsentry.point import ProbeMark
     from trainsentry.rules.model import RuleSet
 
 
@@ -190,9 +191,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from trainsentry.backtest.report import build_report, write_report
 
         compare = _load_rules(args.compare_rules) if args.compare_rules else None
+        ends: list[ProbeMark] = []  # the probe's end records, filled as the points are read
         text = build_report(
-            iter_points(paths, on_error, on_empty),
+            iter_points(paths, on_error, on_empty, ends),
             rules,
+            events=iter_events(paths, on_error),
+            marks=ends,
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
@@ -202,9 +206,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"trainsentry: report written to {args.report}")
         return 0
     events = iter_events(paths, on_error)  # the text logs' events, for pattern rules
+    marks: list[ProbeMark] = []  # the probe's end records, filled as the points are read
     replay(
-        iter_points(paths, on_error, on_empty), rules, out=sys.stdout, fmt=args.format,
-        order="input", events=events,
+        iter_points(paths, on_error, on_empty, marks), rules, out=sys.stdout, fmt=args.format,
+        order="input", events=events, marks=marks,
     )  # fmt: skip
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 

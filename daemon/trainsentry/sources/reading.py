@@ -11,11 +11,11 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point, TextEvent
+from trainsentry.point import Point, ProbeMark, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
-from trainsentry.sources.tail import TailRead
+from trainsentry.sources.tail import FileTail, TailRead
 
 
 def iter_batches(
@@ -36,10 +36,12 @@ def iter_files(
     paths: Iterable[str | Path],
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
+    marks: list[ProbeMark] | None = None,
 ) -> Iterator[list[Point]]:
-    """Each file's points in file order, file by file in sorted order."""
+    """Each file's points in file order, file by file in sorted order; the probe's meta
+    and end records into `marks` as their files are read."""
     for log in _logs(paths, on_empty):
-        yield [p for batch in _read(log, on_error) for p in batch]
+        yield [p for batch in _read(log, on_error, marks) for p in batch]
 
 
 def wall_order(point: Point) -> float:
@@ -51,6 +53,7 @@ def iter_points(
     paths: Iterable[str | Path],
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
+    marks: list[ProbeMark] | None = None,
 ) -> Iterator[Point]:
     """The points in the order a live daemon judges them.
 
@@ -61,7 +64,7 @@ def iter_points(
     are not sorted (a clock stepped back), so one file is fed exactly as live
     reads it, where sorting every point would reorder it.
     """
-    yield from heapq.merge(*iter_files(paths, on_error, on_empty), key=wall_order)
+    yield from heapq.merge(*iter_files(paths, on_error, on_empty, marks), key=wall_order)
 
 
 def _logs(
@@ -91,8 +94,12 @@ def iter_events(
                 yield from got.events
 
 
-def _read(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[list[Point]]:
+def _read(
+    log: LogFile, on_error: Callable[[str], None] | None, marks: list[ProbeMark] | None = None
+) -> Iterator[list[Point]]:
     for got in _reads(log, on_error):
+        if marks is not None:
+            marks.extend(got.marks)
         if got.points:
             yield got.points
 
@@ -108,6 +115,8 @@ def _reads(log: LogFile, on_error: Callable[[str], None] | None) -> Iterator[Tai
                     on_error(err)
                 if got.unreadable:
                     on_error(f"{tail.path}: {got.unreadable}")
+            if not got.more and isinstance(tail, FileTail):
+                got.events.extend(tail.let_go())  # a finished log: nothing will continue it
             yield got
             if not got.more:
                 break
