@@ -28,7 +28,7 @@ The probe's end record and, on the job's host, the process itself end a
 run too (`marked`, `process_gone`; run_life.py says how).
 
 Named groups of the regex become labels of the alert. The alert quotes the
-event's telling lines (`telling`): the line that matched, the last exception
+event's telling lines (telling.py): the line that matched, the last exception
 line of a traceback and the frame above it, with the log's path and line.
 """
 
@@ -44,18 +44,10 @@ from trainsentry.alert import Transition
 from trainsentry.point import ProbeMark, TextEvent
 from trainsentry.rules import model as m
 from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
+from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
 RESTART_GRACE = 30.0
-TELLING_LINES = 5
-_RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
-_INDENTED = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?\s")
-# lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
-_CONTINUATION = re.compile(
-    r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
-    r"|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`)"
-)
-_NOT_EXCEPTION = ("Traceback (most recent call last):", "During handling of", "The above exception")
 
 
 @dataclass(eq=False, slots=True)
@@ -77,39 +69,6 @@ class _Run:
     life: RunLife = field(default_factory=RunLife)
     alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
     processes: dict[str, ProbeProcess] = field(default_factory=dict)  # probe file → its writer
-
-
-def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
-    """The lines a person needs from the event: the matched one; for a traceback its
-    last exception line first, the frame that raised it, and what it was raised during."""
-    lines = event.lines
-    hit = lines[event.text.count("\n", 0, match.start())].strip()
-    if event.kind != "traceback":
-        return (hit,)
-    exceptions = [
-        i
-        for i, line in enumerate(lines)
-        if line.strip()
-        and not _INDENTED.match(line)
-        and not _bare(line).startswith(_NOT_EXCEPTION)
-        and not _CONTINUATION.match(_bare(line))
-    ]
-    if not exceptions:
-        return (hit,)
-    last = exceptions[-1]
-    frames = [x.strip() for x in lines[:last] if _INDENTED.match(x) and x.strip()]
-    frames = [f for f in frames if set(f) - set("^~ ")][-2:]  # no caret markers
-    out = [lines[last].strip(), *frames]
-    if hit not in out and not _bare(hit).startswith(_NOT_EXCEPTION):
-        out.insert(0, hit)  # the rule matched an earlier line: the reason it fired
-    earlier = [lines[i].strip() for i in exceptions[:-1] if lines[i].strip() not in out]
-    if earlier:
-        out.append(f"while handling: {earlier[-1]}")
-    return tuple(out[:TELLING_LINES])
-
-
-def _bare(line: str) -> str:
-    return _RANK.sub("", line.strip(), count=1)
 
 
 class LogEngine:

@@ -34,8 +34,8 @@ class RunLife:
     step: int = 0
     wall: float = math.nan  # of the last data seen, on the writer's clock or the reading's
     ended_wall: float = math.nan
-    # ended by a catch-all (any traceback): a more telling rule's cause replaces it
-    # (a chained traceback read in two parts: its cause comes second)
+    # ended by a catch-all (any traceback, the probe's exception end record): a more
+    # telling rule's cause replaces it (the job's own traceback read after the end record)
     by_fallback: bool = False
 
     @property
