@@ -23,6 +23,7 @@ from trainsentry.arguments import build_parser
 if TYPE_CHECKING:
     from trainsentry.alerts.route import Route
     from trainsentry.config import Config
+    from trainsentry.point import ProbeMark
     from trainsentry.rules.model import RuleSet
 
 
@@ -195,9 +196,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from trainsentry.backtest.report import build_report, write_report
 
         compare = _load_rules(args.compare_rules) if args.compare_rules else None
+        probe_marks: list[ProbeMark] = []  # the probe's records, filled as points are read
         text = build_report(
-            iter_points(paths, on_error, on_empty, _said_busy),
+            iter_points(paths, on_error, on_empty, _said_busy, probe_marks),
             rules,
+            events=iter_events(paths, on_error),
+            marks=probe_marks,
             compare=compare,
             label=", ".join(args.rules) if args.rules else "default pack",
             compare_label=", ".join(args.compare_rules or []),
@@ -208,10 +212,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"trainsentry: report written to {args.report}")
         return 0
     events = iter_events(paths, on_error)  # the text logs' events, for pattern rules
+    marks: list[ProbeMark] = []  # the probe's end records, filled as the points are read
     replay(
-        iter_points(paths, on_error, on_empty, _said_busy), rules, out=sys.stdout,
+        iter_points(paths, on_error, on_empty, _said_busy, marks), rules, out=sys.stdout,
         fmt=args.format,
-        order="input", events=events, ends=iter_ends(paths),
+        order="input", events=events, ends=iter_ends(paths), marks=marks,
     )  # fmt: skip
     return NOTHING_READABLE if empty and len(empty) >= len({p.absolute() for p in paths}) else 0
 

@@ -112,6 +112,30 @@ class RunEnd:
     run: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeMark:
+    """A probe record about the run's process rather than a step: its meta record (who
+    runs it, where) or its end record (it closed, cleanly or on an exception).
+
+    What the run's life is judged from beside its text logs (rules/run_life.py).
+    `pid_start` (clock ticks since boot) and `pid_ns` tell the process from a later
+    one given the same pid; None where the probe could not know them.
+    """
+
+    kind: str  # "meta" | "end"
+    path: str
+    line: int
+    wall_time: float
+    step: int
+    host: str = ""
+    pid: int = 0
+    pid_start: int | None = None
+    pid_ns: str = ""
+    exit: str = ""  # of an end record: "clean" | "exception"
+    error: str = ""  # of an exception's end record: "RuntimeError: ..."
+    run: str = ""
+
+
 def samples_of(rows: Iterable[Row]) -> list[Sample]:
     """The rows' values one by one, in order."""
     return [

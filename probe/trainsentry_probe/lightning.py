@@ -109,4 +109,4 @@ class TrainsentryCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
         if self.probe is not None:
-            self.probe.close()
+            self.probe.close(exception)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from trainsentry_probe.records import RECORD_FORMAT, RECORD_FORMAT_VERSION
+from trainsentry_probe.stopfile import TrainingStopped
 
 
 def rank_and_world_size() -> tuple[int, int]:
@@ -60,6 +61,20 @@ def git_state(directory: str) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def process_identity(pid: int | None = None) -> dict[str, Any]:
+    """What tells this process from a later one given the same pid: its start time in
+    clock ticks since boot (field 22 of /proc/<pid>/stat) and its pid namespace (a
+    daemon in a container with the host's name sees other pids). Empty off Linux."""
+    where = f"/proc/{pid if pid is not None else 'self'}"
+    try:
+        with open(f"{where}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        namespace = os.readlink(f"{where}/ns/pid")
+    except (OSError, IndexError):
+        return {}
+    return {"pid_start": int(fields[19]), "pid_ns": namespace}
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
@@ -91,6 +106,7 @@ def meta_record(
         "logdir": logdir,
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        **process_identity(),
         "rank": rank,
         "world_size": world_size,
         "python": platform.python_version(),
@@ -104,3 +120,27 @@ def meta_record(
         "options": options,
         "layers": layers,
     }
+
+
+def end_record(step: int, error: BaseException | None) -> dict[str, Any]:
+    """The last record of a probe file, written at a clean close or an exception the
+    probe was told of: without it a process that is gone died (probe/FORMAT.md).
+    `sys.exit(0)` and a stop the daemon asked for (TrainingStopped) end a run cleanly."""
+    if isinstance(error, TrainingStopped) or (
+        isinstance(error, SystemExit) and error.code in (0, None)
+    ):
+        error = None
+    record: dict[str, Any] = {
+        "kind": "end",
+        "format": RECORD_FORMAT,
+        "version": RECORD_FORMAT_VERSION,
+        "time": time.time(),
+        "step": step,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "exit": "clean" if error is None else "exception",
+    }
+    if error is not None:
+        text = str(error).strip().splitlines()
+        record["error"] = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    return record

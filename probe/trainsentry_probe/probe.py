@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ from trainsentry_probe.attach import (
 from trainsentry_probe.gpu import NvmlSampler
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.losses import as_value, loss_of, spread
-from trainsentry_probe.meta import meta_record, new_run_id, rank_and_world_size
+from trainsentry_probe.meta import end_record, meta_record, new_run_id, rank_and_world_size
 from trainsentry_probe.options import ProbeOptions, due
 from trainsentry_probe.records import RecordRenderer
 from trainsentry_probe.sharded import ShardSum, is_sharded
@@ -162,7 +163,7 @@ class Probe:
         if sharded:
             self._sum_shards_on_every_rank()
         self._nvml = NvmlSampler.start_for(self.device, options.gpu_sample_seconds, self._emit_gpu)
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     def _sum_shards_on_every_rank(self) -> None:
         """The all-reduce of the shards' norms, at a hook of its own that outlives a
@@ -393,12 +394,14 @@ class Probe:
     def stop_request(self) -> StopRequest | None:
         return self._stop.request
 
-    def close(self) -> None:
-        """Writes every pending record and removes the hooks; idempotent."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Writes every pending record, then the end record, and removes the hooks;
+        idempotent. `error`: the exception the training ended on, if it did (the
+        end record says so: the daemon then knows a crash from a finished run)."""
         if self.closed:
             return
         self.closed = True
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         if not self.recording:
             return
         self._remove_hooks()
@@ -412,10 +415,17 @@ class Probe:
             self.steps.finish()
         except Exception as exc:
             log.warning("trainsentry probe: records lost at close: %r", exc)
+        self._writer.put(end_record(max(self.step - 1, 0), error))
         self._writer.close()
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit: Python keeps the exception that ended the program in
+        `sys.last_value` before it runs atexit handlers, so an uncaught one is told."""
+        last = getattr(sys, "last_value", None)
+        self.close(last if isinstance(last, BaseException) else None)
 
     def __enter__(self) -> Probe:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        self.close(error)

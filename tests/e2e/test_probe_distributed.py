@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.probe_loops import read_file
 from support.ranks import run_ranks
 
 WORKER = """
@@ -58,11 +59,6 @@ def run_job(tmp_path: Path, mode: str, worker: str = WORKER) -> Path:
     return logdir
 
 
-def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return records[0], records[1:]
-
-
 def seen(logdir: Path, rank: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((logdir / f"seen.rank{rank}.json").read_text())
     assert data["failed"] == "None"
@@ -74,7 +70,7 @@ def test_by_default_only_rank_0_records(tmp_path: Path) -> None:
     assert sorted(p.name for p in logdir.glob("trainsentry-probe.*")) == [
         "trainsentry-probe.rank0.jsonl"
     ]
-    meta, records = read(logdir / "trainsentry-probe.rank0.jsonl")
+    meta, records = read_file(logdir / "trainsentry-probe.rank0.jsonl")
     assert (meta["rank"], meta["world_size"]) == (0, 2)
     assert meta["layers"] == ["0", "2"]  # DDP's `module.` is not part of the names
     assert [r["probe/grad_norm"] for r in records] == pytest.approx(
@@ -86,8 +82,8 @@ def test_with_all_ranks_each_rank_writes_its_own_file_and_ddp_norms_agree(
     tmp_path: Path,
 ) -> None:
     logdir = run_job(tmp_path, "all")
-    meta0, rank0 = read(logdir / "trainsentry-probe.rank0.jsonl")
-    meta1, rank1 = read(logdir / "trainsentry-probe.rank1.jsonl")
+    meta0, rank0 = read_file(logdir / "trainsentry-probe.rank0.jsonl")
+    meta1, rank1 = read_file(logdir / "trainsentry-probe.rank1.jsonl")
     assert [(m["rank"], m["world_size"]) for m in (meta0, meta1)] == [(0, 2), (1, 2)]
     assert meta0["pid"] != meta1["pid"]
     assert {k for k in rank1[0] if "/" in k} and all(
@@ -163,7 +159,7 @@ def test_a_sharded_model_s_norms_are_the_whole_model_s_on_rank_0(tmp_path: Path)
     are those of the whole model (clip_grad_norm_'s), not rank 0's shards'."""
     logdir = run_job(tmp_path, "plain", FSDP_WORKER)
     assert [p.name for p in logdir.glob("trainsentry-probe.*")] == ["trainsentry-probe.rank0.jsonl"]
-    meta, records = read(logdir / "trainsentry-probe.rank0.jsonl")
+    meta, records = read_file(logdir / "trainsentry-probe.rank0.jsonl")
     assert (meta["rank"], meta["world_size"]) == (0, 2)
     truth = seen(logdir, 0)
     assert [r["probe/grad_norm"] for r in records] == pytest.approx(truth["norms"], rel=1e-5)
@@ -187,7 +183,7 @@ def test_a_rank_whose_probe_fails_leaves_the_job_running_and_no_shard_norm_writt
     writes no gradient or weight norm (a shard's would pass for the model's)."""
     logdir = run_job(tmp_path, "fail", FSDP_WORKER)  # both ranks exited 0: nobody hung
     assert "injected" in json.loads((logdir / "seen.rank1.json").read_text())["failed"]
-    _, records = read(logdir / "trainsentry-probe.rank0.jsonl")
+    _, records = read_file(logdir / "trainsentry-probe.rank0.jsonl")
     assert [r["step"] for r in records] == list(range(6))
     truth = seen(logdir, 0)
     before = [r for r in records if r["step"] < 3]

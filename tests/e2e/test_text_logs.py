@@ -16,8 +16,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
+from support.alert_log import alerts, find, status_of
 from support.daemon_process import DaemonProcess
 from support.notify_endpoints import HttpReceiver
 from support.ports import free_port
@@ -65,30 +65,12 @@ def job(script: str, run: Path, *args: str) -> subprocess.CompletedProcess[bytes
         return subprocess.run([sys.executable, "-c", script, *args], stdout=out, stderr=out)
 
 
-def alerts(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
-
-
-def find(path: Path, **want: str) -> dict[str, Any] | None:
-    return next((a for a in alerts(path) if all(a.get(k) == v for k, v in want.items())), None)
-
-
 def new_run(tmp_path: Path) -> tuple[Path, Path, str]:
     """A run directory whose job has started its log, the alert log's path, an HTTP address."""
     run = tmp_path / "logs" / "exp1"
     run.mkdir(parents=True)
     (run / "stdout.log").write_text("starting\n")
     return run, tmp_path / "alerts.jsonl", f"127.0.0.1:{free_port()}"
-
-
-def status_of(address: str) -> str:
-    """What `trainsentry status` prints of the daemon at `address`."""
-    return subprocess.run(
-        [sys.executable, "-m", "trainsentry", "status", "--address", address],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
 
 
 def test_a_crashing_torch_job_is_paged_with_its_exception_line_and_its_secrets_masked(

@@ -22,6 +22,7 @@ PROBE_RULES = (
     "update_ratio_exploding",
     "gpu_underutilised",
     "gpu_memory_leak",
+    "probe_steps_stopped",
 )
 
 
@@ -29,6 +30,11 @@ def after(rows: list[list[float]], fn: Callable[[float, float], float]) -> None:
     for row in rows:
         if row[0] >= ONSET:
             row[2] = fn(row[0] - ONSET, row[2])
+
+
+def hung(run: Series, tag: str, steps: int) -> None:
+    """No record of `tag` for `steps` steps after ONSET: a loop that stopped stepping."""
+    run[tag] = [row for row in run[tag] if not ONSET < row[0] < ONSET + steps]
 
 
 def frozen(run: Series, tag: str) -> None:
@@ -53,4 +59,6 @@ FAULTS: dict[str, Callable[[Series], None]] = {
     ),
     "gpu_underutilised": lambda run: after(run["probe/gpu_util"], lambda d, v: 40.0),
     "gpu_memory_leak": lambda run: after(run["probe/gpu_mem"], lambda d, v: v * 1.01 ** (d / 100)),
+    # the loop hangs after step ONSET for 1000 s while its GPU samples go on
+    "probe_steps_stopped": lambda run: hung(run, "probe/step_time", 2000),
 }

@@ -33,9 +33,14 @@ def batches(n: int, seed: int = 0, size: int = 32) -> list[tuple[torch.Tensor, t
 
 
 def read(logdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    lines = (logdir / "trainsentry-probe.rank0.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    return records[0], records[1:]
+    """Rank 0's probe file in `logdir`, as `read_file` reads it."""
+    return read_file(logdir / "trainsentry-probe.rank0.jsonl")
+
+
+def read_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A probe file's meta record and its step records (the end record left out)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return records[0], [r for r in records[1:] if r.get("kind") != "end"]
 
 
 def layer_norm(tensors: list[torch.Tensor]) -> float:

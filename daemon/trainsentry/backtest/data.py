@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainsentry.alert import Transition
 from trainsentry.point import Point
 from trainsentry.rules.aliases import Aliases
 from trainsentry.rules.model import RuleSet
+from trainsentry.rules.run_life import RunLife
 
 MAX_POINTS = 2000  # per plotted series
 CANONICAL_FIRST = ("loss", "grad_norm")  # the series a reader looks at first
@@ -44,6 +45,7 @@ class RunData:
     run: str
     series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     transitions: list[Transition] = field(default_factory=list)
+    life: str = ""  # how the run ended: "finished", "crashed: CUDA out of memory ..."
 
     @property
     def firings(self) -> list[Transition]:
@@ -81,12 +83,17 @@ def group_points(points: Iterable[Point]) -> dict[str, dict[str, list[tuple[int,
 
 
 def build_runs(
-    grouped: dict[str, dict[str, list[tuple[int, float]]]], transitions: Sequence[Transition]
+    grouped: dict[str, dict[str, list[tuple[int, float]]]],
+    transitions: Sequence[Transition],
+    lives: Mapping[str, RunLife] | None = None,
 ) -> list[RunData]:
     """RunData per run, runs with alerts first (by first firing step), then the rest by name."""
     out = {run: RunData(run, series) for run, series in grouped.items()}
     for t in transitions:
         out.setdefault(t.run, RunData(t.run)).transitions.append(t)
+    for run, life in (lives or {}).items():
+        if run in out:
+            out[run].life = f"{life.state}: {life.cause}" if life.cause else life.state
 
     def order(r: RunData) -> tuple[int, str]:
         return (0, r.run) if r.firings else (1, r.run)

@@ -159,6 +159,8 @@ def describe(run: RunData) -> str:
     nan = run.first_non_finite()
     if nan is not None:
         text += f"; first non-finite value at step {nan}"
+    if run.life:
+        text += f"; {run.life}"
     return text
 
 

@@ -15,11 +15,12 @@ from collections.abc import Iterable, Iterator
 from typing import Literal, TextIO
 
 from trainsentry.alert import Transition
-from trainsentry.point import Point, RunEnd, TextEvent
+from trainsentry.point import Point, ProbeMark, RunEnd, TextEvent
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
+from trainsentry.rules.run_life import RunLife
 from trainsentry.sources.reading import wall_order
 from trainsentry.terminal.plain import format_text
 
@@ -33,14 +34,20 @@ def replay_transitions(
     order: Literal["time", "input"] = "time",
     events: Iterable[TextEvent] = (),
     ends: Iterable[RunEnd] = (),
+    marks: Iterable[ProbeMark] = (),
+    lives: dict[str, RunLife] | None = None,
 ) -> list[Transition]:
     """Every transition of the runs in `points`, ending each run with "run finished".
 
-    A finished run's text events (reading.iter_events) are judged once its points
-    are in: a text log read after the fact has no time of its own but its file's,
-    which is the run's end. A run they say crashed ends with "run crashed: <cause>",
-    as does one its tracker says ended so (`ends`, reading.iter_ends), unless its
-    logs told how first.
+    A finished run's text events (reading.iter_events) and the probe's end records
+    (`marks`, filled by reading.iter_points) are judged once its points are in: a
+    text log read after the fact has no time of its own but its file's, which is
+    the run's end. A run they say crashed ends with "run crashed: <cause>", as does
+    one its tracker says ended so (`ends`, reading.iter_ends), unless its logs told
+    how first. There is no process to look at: a probe file without an end record
+    is a run that stopped, as it would be to a daemon on another host. `lives`,
+    when given, receives each run's life as the replay ends it (the report shows
+    them).
     """
     ruleset = rules if rules is not None else load_rules()
     engine = Engine(ruleset)
@@ -50,16 +57,22 @@ def replay_transitions(
     if not texts.rules and not ends:
         out = engine.feed_all(feed)
         out.extend(engine.finish_all())
+        if lives is not None:
+            lives.update({t.run: RunLife("finished") for t in out if t.run not in lives})
         return out
     last: dict[str, Point] = {}
     out = engine.feed_all(_noting(feed, last))
     for run, point in last.items():
         out.extend(texts.saw(run, point.step, point.wall_time))
     out.extend(texts.feed(events))
+    out.extend(texts.marked(marks))
     for end in ends:
         texts.reported(end.run, end.state, end.cause, end.wall)
     for run, life in texts.ended:
         out.extend(engine.finish(run, life.reason))
+    if lives is not None:
+        for run, life in texts.lives().items():  # a replay's runs are over: finished, or how
+            lives[run] = life if life.ended else RunLife("finished", step=life.step)
     for run in texts.lives():
         out.extend(texts.finish(run))
     out.extend(engine.finish_all())
@@ -81,6 +94,7 @@ def replay(
     order: Literal["time", "input"] = "time",
     events: Iterable[TextEvent] = (),
     ends: Iterable[RunEnd] = (),
+    marks: Iterable[ProbeMark] = (),
 ) -> int:
     """Print the transitions as JSON lines or a text timeline; returns how many.
 
@@ -89,7 +103,9 @@ def replay(
     """
     if fmt not in ("jsonl", "text"):
         raise ValueError(f"unknown format {fmt!r}; expected jsonl or text")
-    transitions = replay_transitions(points, rules, order=order, events=events, ends=ends)
+    transitions = replay_transitions(
+        points, rules, order=order, events=events, ends=ends, marks=marks
+    )
     if fmt == "text":
         from trainsentry.terminal import render as console
 

@@ -15,8 +15,9 @@ from typing import Literal
 
 from trainsentry.backtest.data import build_runs, group_points
 from trainsentry.backtest.replay import replay_transitions
-from trainsentry.point import Point, RunEnd
+from trainsentry.point import Point, ProbeMark, RunEnd, TextEvent
 from trainsentry.rules.model import RuleSet
+from trainsentry.rules.run_life import RunLife
 
 __all__ = ["build_report", "write_report"]
 
@@ -30,24 +31,33 @@ def build_report(
     compare_label: str = "B",
     title: str = "trainsentry backtest",
     order: Literal["time", "input"] = "time",
+    events: Iterable[TextEvent] = (),
+    marks: Iterable[ProbeMark] = (),
     ends: Iterable[RunEnd] = (),
 ) -> str:
     """The HTML text of the report; `compare` adds the pack-against-pack section.
 
-    `order` and `ends` (how the trackers say their runs ended) as in
-    replay_transitions: "input" for reading.iter_points, already in the order a
-    live daemon judges the points.
+    `order`, `events`, `marks` and `ends` (how the trackers say their runs ended)
+    as in replay_transitions: "input" for reading.iter_points, already in the
+    order a live daemon judges the points.
     """
     from trainsentry.backtest.compare import compare_runs, compare_section
     from trainsentry.backtest.page import header, page, runs_section, summary_section
 
     feed = list(points)
-    ended = list(ends)
+    said, closed, ended = list(events), list(marks), list(ends)  # replayed under each pack
     grouped = group_points(feed)
-    runs = build_runs(grouped, replay_transitions(feed, rules, order=order, ends=ended))
+    lives: dict[str, RunLife] = {}
+    replayed = replay_transitions(
+        feed, rules, order=order, events=said, marks=closed, ends=ended, lives=lives
+    )
+    runs = build_runs(grouped, replayed, lives)
     body = [header(title, runs, rules, label), summary_section(runs)]
     if compare is not None:
-        other = build_runs(grouped, replay_transitions(feed, compare, order=order, ends=ended))
+        again = replay_transitions(
+            feed, compare, order=order, events=said, marks=closed, ends=ended
+        )
+        other = build_runs(grouped, again)
         body.append(compare_section(compare_runs(runs, other), label, compare_label))
     body.append(runs_section(runs, rules))
     return page(title, body)

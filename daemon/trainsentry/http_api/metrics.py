@@ -124,11 +124,20 @@ class DaemonCollector(Collector):
         last_step = GaugeMetricFamily(
             "trainsentry_run_last_step", "The run's newest step.", labels=["run"]
         )
+        # one series a run, for its state now (rules/run_life.py): a run that changes state
+        # leaves the old series, so `trainsentry_run_state{state="crashed"}` lists crashes
+        life = GaugeMetricFamily(
+            "trainsentry_run_state",
+            "1 for the run's state: running, stalled, finished, crashed, preempted, cancelled.",
+            labels=["run", "state"],
+        )
         for r in snap.runs:
             lag.add_metric([r.run], max(0.0, now - r.last_wall_time))
             last_step.add_metric([r.run], r.last_step)
+            life.add_metric([r.run, r.state], 1)
         yield lag
         yield last_step
+        yield life
 
         yield GaugeMetricFamily(
             "trainsentry_heartbeat_age_seconds",

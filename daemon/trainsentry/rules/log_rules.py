@@ -24,8 +24,11 @@ metrics reached (text has no step of its own), its time the event's.
   after the end mean the job was restarted: its pattern alerts resolve with
   "run restarted" and it is running again.
 
+The probe's end record and, on the job's host, the process itself end a
+run too (`marked`, `process_gone`; run_life.py says how).
+
 Named groups of the regex become labels of the alert. The alert quotes the
-event's telling lines (`telling`): the line that matched, the last exception
+event's telling lines (telling.py): the line that matched, the last exception
 line of a traceback and the frame above it, with the log's path and line.
 """
 
@@ -38,44 +41,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainsentry.alert import Transition
-from trainsentry.point import TextEvent
+from trainsentry.point import ProbeMark, TextEvent
 from trainsentry.rules import model as m
+from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
+from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
 RESTART_GRACE = 30.0
-TELLING_LINES = 5
-ENDINGS = frozenset({"crashed", "preempted", "cancelled", "finished"})
-_RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
-_INDENTED = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?\s")
-# lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
-_CONTINUATION = re.compile(
-    r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
-    r"|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`)"
-)
-_NOT_EXCEPTION = ("Traceback (most recent call last):", "During handling of", "The above exception")
-
-
-@dataclass(slots=True)
-class RunLife:
-    """What a run's logs say of it: running, or how it ended and why."""
-
-    state: str = "running"  # running | stalled | crashed | preempted | cancelled | finished
-    cause: str = ""
-    step: int = 0
-    wall: float = math.nan  # of the last data seen, on the writer's clock or the reading's
-    ended_wall: float = math.nan
-    # ended by a catch-all (any traceback): a more telling rule's cause replaces it
-    # (a chained traceback read in two parts: its cause comes second)
-    by_fallback: bool = False
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDINGS
-
-    @property
-    def reason(self) -> str:
-        """A resolve's reason for the run's other alerts: "run crashed: <cause>"."""
-        return f"run {self.state}: {self.cause}" if self.cause else f"run {self.state}"
 
 
 @dataclass(eq=False, slots=True)
@@ -96,39 +68,7 @@ class LogAlert:
 class _Run:
     life: RunLife = field(default_factory=RunLife)
     alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
-
-
-def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
-    """The lines a person needs from the event: the matched one; for a traceback its
-    last exception line first, the frame that raised it, and what it was raised during."""
-    lines = event.lines
-    hit = lines[event.text.count("\n", 0, match.start())].strip()
-    if event.kind != "traceback":
-        return (hit,)
-    exceptions = [
-        i
-        for i, line in enumerate(lines)
-        if line.strip()
-        and not _INDENTED.match(line)
-        and not _bare(line).startswith(_NOT_EXCEPTION)
-        and not _CONTINUATION.match(_bare(line))
-    ]
-    if not exceptions:
-        return (hit,)
-    last = exceptions[-1]
-    frames = [x.strip() for x in lines[:last] if _INDENTED.match(x) and x.strip()]
-    frames = [f for f in frames if set(f) - set("^~ ")][-2:]  # no caret markers
-    out = [lines[last].strip(), *frames]
-    if hit not in out and not _bare(hit).startswith(_NOT_EXCEPTION):
-        out.insert(0, hit)  # the rule matched an earlier line: the reason it fired
-    earlier = [lines[i].strip() for i in exceptions[:-1] if lines[i].strip() not in out]
-    if earlier:
-        out.append(f"while handling: {earlier[-1]}")
-    return tuple(out[:TELLING_LINES])
-
-
-def _bare(line: str) -> str:
-    return _RANK.sub("", line.strip(), count=1)
+    processes: dict[str, ProbeProcess] = field(default_factory=dict)  # probe file → its writer
 
 
 class LogEngine:
@@ -257,6 +197,64 @@ class LogEngine:
                     alert.firing, alert.matches = False, 0
             elif rule.for_ is not None and _gap(rule.for_, alert.last, step, wall, strictly=True):
                 alert.matches = 0
+
+    # --- the probe's records and the process (run_life.py) ---
+
+    def marked(self, marks: Iterable[ProbeMark]) -> list[Transition]:
+        """The probe's meta records name the processes that write a run; an end record
+        ends the run (finished once every process named closed cleanly), an exception's
+        end record is a line of the run's life for the pattern rules to page."""
+        out: list[Transition] = []
+        for mark in marks:
+            run = self._runs.get(mark.run)
+            if run is None:
+                run = self._runs[mark.run] = _Run()
+            if mark.kind == "meta":
+                run.processes[mark.path] = ProbeProcess.of(mark)
+                continue
+            process = run.processes.get(mark.path)
+            if process is not None:
+                process.ended = mark.exit or "clean"
+            if mark.exit == "exception":
+                text = exception_line(mark)
+                event = life_event(mark.run, mark.path, mark.line, mark.wall_time, text)
+                out += self._ended_by(run, event, "crashed", mark.error or "an exception")
+            elif not run.life.ended and all(p.ended for p in run.processes.values()):
+                life = run.life
+                life.state, life.cause, life.ended_wall = "finished", "", mark.wall_time
+                self.ended.append((mark.run, life))
+        return out
+
+    def processes(self, host: str, namespace: str) -> list[tuple[str, ProbeProcess]]:
+        """The processes of live runs a daemon on `host`, in pid namespace `namespace`,
+        can see die."""
+        return [
+            (name, process)
+            for name, run in self._runs.items()
+            if not run.life.ended
+            for process in run.processes.values()
+            if process.checkable(host, namespace)
+        ]
+
+    def process_gone(self, run_id: str, path: str, wall: float) -> list[Transition]:
+        """The process that writes `path` is gone and wrote no end record: it crashed."""
+        run = self._runs.get(run_id)
+        process = run.processes.get(path) if run is not None else None
+        if run is None or process is None or process.ended or run.life.ended:
+            return []
+        process.ended = "gone"
+        text = process.gone_line()
+        event = life_event(run_id, path, process.line, wall, text)
+        return self._ended_by(run, event, "crashed", text)
+
+    def _ended_by(self, run: _Run, event: TextEvent, state: str, cause: str) -> list[Transition]:
+        """Judge the event; a run no rule ended (the rule dropped) ends as it says anyway."""
+        out = self.feed([event])
+        life = run.life
+        if not life.ended:
+            life.state, life.cause, life.ended_wall = state, cause, event.wall_time
+            self.ended.append((event.run, life))
+        return out
 
     # --- ending ---
 

@@ -158,6 +158,7 @@ class _Logs:
             decoder = self.decoders.setdefault(path, LogDecoder())
             data = text.encode() if text.endswith("\n") else (text + "\n").encode()
             events = decoder.feed(data, at_eof=True, file_time=wall).events
+            events += decoder.let_go()  # the next step's lines come after a quiet moment
             out.extend(self.engine.feed(replace(e, run=run, path=path) for e in events))
 
 

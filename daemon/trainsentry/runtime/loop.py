@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
-from trainsentry.point import Row, RunEnd, TextEvent, Trace
+from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
 from trainsentry.sources.survey import NO_FILES, nothing_readable
+from trainsentry.sources.tail import FileTail
 from trainsentry.state.db import StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -52,6 +53,8 @@ RowSink = Callable[[str, list[Row]], None]
 EventSink = Callable[[str, list[TextEvent]], None]
 # What trackers said of their runs besides points: traces, and that runs ended.
 ReportSink = Callable[[list[tuple[str, Trace]], list[RunEnd]], None]
+# The probe's meta and end records of a file, with their run (sources/probe_marks.py).
+MarkSink = Callable[[str, list[ProbeMark]], None]
 _VALUES = itemgetter(3)  # a Row's values
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
@@ -78,6 +81,11 @@ COMMIT_SECONDS = 2.0
 # the store's series (~110 kB for 20 of them), so 10,000 runs are ~1.5 GB; a larger
 # root is split between daemons with --shard. A run beyond it is said once, counted.
 MAX_RUNS = 10_000
+# A text log's event that the next line may still continue (an exception a chained one
+# may follow) is held until its log has been quiet this long, then let go as it is: a
+# crashing Python writes its whole chain in one burst of milliseconds, and a second
+# keeps a crash's page within a second or two of its last line.
+HOLD_SECONDS = 1.0
 # A cycle begins at most this long after the one before: the files changed meanwhile are
 # read in one cycle. A live fleet writes a file every millisecond or so, and every cycle
 # has a cost of its own (the event read, the per-cycle checks, the heartbeat); a tenth
@@ -113,10 +121,12 @@ class Daemon:
         snapshot_every: float = SNAPSHOT_SECONDS,
         on_events: EventSink | None = None,
         on_report: ReportSink | None = None,
+        on_marks: MarkSink | None = None,
     ) -> None:
         """`memory`: the alert state a restart restores and relearns (restart.py);
         `on_events`: where text logs' events go (none: they are dropped); `on_report`:
-        where runs' traces and ends go."""
+        where runs' traces and ends go; `on_marks`: where the probe's meta and end
+        records go (none: dropped)."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -127,6 +137,7 @@ class Daemon:
         self._on_cycle = on_cycle
         self._on_events = on_events
         self._on_report = on_report
+        self._on_marks = on_marks
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
@@ -163,6 +174,7 @@ class Daemon:
         self._relinked: set[str] = set()
         self._relearners: set[str] = set()  # files made to relearn; some may be done
         self._unsaved: dict[str, Tail] = {}  # read since the last commit
+        self._holding: dict[str, float] = {}  # text logs holding an event → when to let go
         self._next_commit = 0.0
         self._last_sweep = 0.0
         self._cycle_began = 0.0
@@ -241,6 +253,8 @@ class Daemon:
                 wait = min(wait, timeout)
             if self._unsaved:  # a quiet moment must not leave offsets uncommitted
                 wait = min(wait, max(0.0, self._next_commit - time.monotonic()))
+            if self._holding:  # a held event is let go after a quiet moment
+                wait = min(wait, max(0.0, min(self._holding.values()) - time.monotonic()))
             self._wait(wait)
             gap = self._cycle_began + BATCH_SECONDS - time.monotonic()
             if gap > 0 and not self.stopping:
@@ -477,6 +491,13 @@ class Daemon:
                     traces = [t for t in traces if self._owned(t[0])]
                     ends = [e for e in ends if e.run in self._store_runs]
                 self._on_report(traces, ends)
+            if tail.log.kind == "text" and isinstance(tail, FileTail):
+                if tail.holding:  # quiet from this read on, it is let go (text_events.py)
+                    self._holding[key] = time.monotonic() + HOLD_SECONDS
+                else:
+                    self._holding.pop(key, None)
+            if got.marks and self._on_marks is not None:
+                self._on_marks(got.run, got.marks)
             if got.more:
                 again.add(key)
             if got.gone:
@@ -488,6 +509,8 @@ class Daemon:
             if self._backfill_start is not None:
                 self._backfilled(key, points, more=got.more)
         self._pending = again
+        if self._holding:
+            self._let_go()
         if time.monotonic() >= self._next_commit:
             self._commit()
         if gone:
@@ -501,6 +524,22 @@ class Daemon:
         if self.restart is not None and self.restart.due:
             self._snapshot()
         return delivered
+
+    def _let_go(self) -> None:
+        """Hand on the held events of text logs quiet for HOLD_SECONDS: a crash's last
+        traceback, which no line will follow."""
+        now = time.monotonic()
+        for key, due in list(self._holding.items()):
+            if due > now:
+                continue
+            del self._holding[key]
+            tail = self._tails.get(key)
+            if not isinstance(tail, FileTail):
+                continue
+            events = tail.let_go()
+            self._unsaved[key] = tail  # its decoder no longer holds the lines
+            if events and self._on_events is not None:
+                self._on_events(tail.log.run, events)
 
     def _relearning(self, key: str) -> bool:
         tail = self._tails.get(key)
@@ -542,6 +581,7 @@ class Daemon:
                 self._files_of.pop(run, None)
             self._tails.pop(k).close()
             self._unsaved.pop(k, None)
+            self._holding.pop(k, None)
             self._relinked.discard(k)
             self.access.forget(k)
             log.info("released %s", k)
@@ -555,6 +595,12 @@ class Daemon:
                 self._on_release(run)
 
     # -- what the notification stage asks about a run -------------------------
+
+    def look_again(self, run: str) -> None:
+        """Read the run's files in the next cycle, changed or not, and begin it now: what
+        a process wrote just before it exited may not have been read yet (processes.py)."""
+        self._pending.update(k for k, t in self._tails.items() if run in t.runs)
+        self._woken = True
 
     def run_files(self, run: str) -> list[Path]:
         """The log files followed for a run (for incident bundles)."""

@@ -25,11 +25,12 @@ from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import RunStatus, runs_of_store
-from trainsentry.point import Row, RunEnd, TextEvent, Trace, points_of
+from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.runtime.loop import Daemon
+from trainsentry.runtime.processes import CHECK_SECONDS, ProcessCheck
 from trainsentry.runtime.restart import AlertMemory
 from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
@@ -95,6 +96,7 @@ class Service:
         self.traces = RunTraces()  # what each run was started with (params, config)
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         self.series_limit = SeriesLimit()  # a run writing a new tag per line is bounded
+        self.processes = ProcessCheck()  # the jobs on this host that the probe names
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
         self.notifier = Notifier(
@@ -125,6 +127,7 @@ class Service:
             snapshot_every=config.snapshot_interval,
             on_events=self._text_events,
             on_report=self._reported,
+            on_marks=self._probe_marks,
         )
         self.systemd = SystemdNotifier()
         self.heartbeat = Heartbeat(self.systemd)
@@ -200,13 +203,37 @@ class Service:
             self.log_engine.reported(end.run, end.state, end.cause, end.wall)
         self._end_runs()
 
+    def _probe_marks(self, run: str, marks: list[ProbeMark]) -> None:
+        """The probe's meta records (the processes to watch) and end records (a run that
+        finished, or ended on an exception)."""
+        self.deliver(self.log_engine.marked(marks))
+        self._end_runs()
+
     def _end_runs(self) -> None:
         """The runs that just ended: their metric alerts end with the reason, and their
-        silence is no longer a run that went quiet."""
+        silence is no longer a page (a finished run is not "went quiet")."""
         while self.log_engine.ended:
             ended, life = self.log_engine.ended.pop(0)
             self.deliver(self.engine.finish(ended, life.reason))
             self.silence.forget(ended)
+
+    def _check_processes(self, now: float) -> None:
+        """Every few seconds, idle or not: a job's process gone without an end record
+        (processes.py). A first look asks for the run's files to be read once more; the
+        cycle after that read confirms."""
+        check = self.processes
+        if check.suspects:
+            watched = self.log_engine.processes(check.host, check.namespace)
+            for run, path in check.confirm(watched):
+                self.deliver(self.log_engine.process_gone(run, path, time.time()))
+            self._end_runs()
+        if now >= check.next_look:
+            watched = self.log_engine.processes(check.host, check.namespace)
+            for run in check.look(watched, now):
+                self.daemon.look_again(run)
+            # an idle loop turns every heartbeat; with processes to look at, every look
+            wait = min(HEARTBEAT_SECONDS, CHECK_SECONDS) if watched else HEARTBEAT_SECONDS
+            self.daemon.max_wait = wait
 
     def _released(self, run: str) -> None:
         life = self.log_engine.life(run)
@@ -224,6 +251,8 @@ class Service:
             self._reload_requested = False
             self.reload()
         now = time.monotonic()
+        if self.processes.enabled:
+            self._check_processes(now)
         if now >= self._next_tick:  # deadlines are minutes; a busy loop cycles 100s of times/s
             self._next_tick = now + TICK_SECONDS
             if now >= self._next_clocks:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsentry.point import Row, RunEnd, Sample, TextEvent, Trace, samples_of
+from trainsentry.point import ProbeMark, Row, RunEnd, Sample, TextEvent, Trace, samples_of
 from trainsentry.sources.names import safe_name
 
 
@@ -34,6 +34,7 @@ class Decoded:
     events: list[TextEvent] = field(default_factory=list)  # text logs' events (textlog.py)
     trace: Trace = field(default_factory=dict)  # what the run was started with (run_trace.py)
     ends: list[RunEnd] = field(default_factory=list)  # a tracker's word that the run ended
+    marks: list[ProbeMark] = field(default_factory=list)  # the probe's meta and end records
 
     @property
     def samples(self) -> list[Sample]:

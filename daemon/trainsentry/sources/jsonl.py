@@ -28,7 +28,9 @@ What counts as a metric (decided here, relied on by rules and the probe):
   duration — mmengine logs the seconds per iteration as `time` — and becomes a
   series under its own name. Otherwise `file_time` is used;
 - records marked as metadata (`"kind": "meta"`, `"type": "meta"` or a `_meta`
-  key — the probe's first record) and records with no value produce nothing.
+  key — the probe's first record) and records with no value produce nothing;
+  the probe's meta and end records become marks of the run's process
+  (probe_marks.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from orjson import loads as _orjson_loads
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
+from trainsentry.sources.probe_marks import is_mark, mark_of
 from trainsentry.sources.run_trace import TraceMemory, flatten
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
@@ -189,6 +192,7 @@ class JsonlDecoder:
 
     def __init__(self) -> None:
         self._counter = 0
+        self._line = 0  # lines consumed before this read: a mark's line number
         self._lines = Lines()
         # shared by every JSONL file: a fleet's logs have the same keys, so one plan
         # and one tags tuple serve them all (and stay in the CPU's caches)
@@ -206,6 +210,7 @@ class JsonlDecoder:
         if not lines:
             return result
         self._feeding = result
+        first = offset
         rows, errors = result.rows, result.errors
         for line in lines:
             start = offset
@@ -221,9 +226,14 @@ class JsonlDecoder:
                 errors.append(DecodeError(start, f"not a JSON object: {type(record).__name__}"))
                 continue
             try:
-                self._decode(record, file_time, rows)
+                marked = self._decode(record, file_time, rows)
             except OverflowError as exc:  # an integer beyond float range
                 errors.append(DecodeError(start, f"number out of range: {exc}"))
+                continue
+            if marked:  # rare (a probe file's first and last lines): its number looked up
+                number = self._line + (first > 0) + lines.index(line) + 1
+                result.marks.append(mark_of(record, number, file_time))
+        self._line += len(lines) + (first > 0)  # a line skipped as too long counts too
         return result
 
     def _plan(self, keys: tuple[str, ...]) -> _Plan | None:
@@ -244,7 +254,8 @@ class JsonlDecoder:
         self._plans[keys] = plan
         return plan
 
-    def _decode(self, record: dict[str, Any], file_time: float, out: list[Row]) -> None:
+    def _decode(self, record: dict[str, Any], file_time: float, out: list[Row]) -> bool:
+        """Rows of the record into `out`; True when it is a mark of the probe instead."""
         keys = tuple(record)
         try:
             plan = self._plans[keys]
@@ -281,14 +292,18 @@ class JsonlDecoder:
                             self._counter += 1
                         when = file_time if wall_time is None else wall_time
                         out.append(_new_row(Row, (step, when, tags, values)))
-                        return
-        self._decode_any(record, file_time, out)
+                        return False
+        return self._decode_any(record, file_time, out)
 
-    def _decode_any(self, record: dict[str, Any], file_time: float, out: list[Row]) -> None:
-        if ("kind" in record or "type" in record or "_meta" in record) and _is_meta(record):
-            if self._feeding is not None:
+    def _decode_any(self, record: dict[str, Any], file_time: float, out: list[Row]) -> bool:
+        if "kind" in record or "type" in record or "_meta" in record:
+            meta = _is_meta(record)
+            if meta and self._feeding is not None:  # the run's trace (a probe's meta too)
                 self._meta(record, self._feeding)
-            return
+            if is_mark(record):
+                return True
+            if meta:
+                return False
         step: int | None = None
         for key in STEP_KEYS:
             if key in record:
@@ -334,12 +349,13 @@ class JsonlDecoder:
             tags.append(key)
             values.append(value)
         if not tags:
-            return
+            return False
         at = self._counter if step is None else step
         if step is None:
             self._counter += 1
         when = file_time if wall_time is None else wall_time
         out.append(_new_row(Row, (at, when, self._shapes(tuple(tags)), tuple(values))))
+        return False
 
     def _meta(self, record: dict[str, Any], out: Decoded) -> None:
         """A metadata record (the probe's meta record: host, git commit, seed, hparams) is
@@ -358,14 +374,15 @@ class JsonlDecoder:
         self._memory.add(out, "params", params)
 
     def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"counter": self._counter}
+        state: dict[str, Any] = {"counter": self._counter, "line": self._line}
         if self._lines.skipping:
             state["skipping"] = True
         return self._memory.snapshot(state)
 
     def restore(self, state: dict[str, Any]) -> None:
-        counter = state.get("counter", 0)
+        counter, line = state.get("counter", 0), state.get("line", 0)
         self._counter = counter if type(counter) is int and counter >= 0 else 0
+        self._line = line if type(line) is int and line >= 0 else 0
         self._lines.skipping = state.get("skipping") is True
         self._memory.restore(state)
 

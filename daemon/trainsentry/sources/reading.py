@@ -11,11 +11,11 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point, RunEnd, TextEvent
+from trainsentry.point import Point, ProbeMark, RunEnd, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
-from trainsentry.sources.tail import TailRead
+from trainsentry.sources.tail import FileTail, TailRead
 
 TRACKER_KINDS = ("wandb", "mlflow_db", "mlflow_run")  # the logs that say how their runs ended
 
@@ -40,10 +40,12 @@ def iter_files(
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
     on_busy: Callable[[str], None] | None = None,
+    marks: list[ProbeMark] | None = None,
 ) -> Iterator[list[Point]]:
-    """Each file's points in file order, file by file in sorted order."""
+    """Each file's points in file order, file by file in sorted order; the probe's meta
+    and end records into `marks` as their files are read."""
     for log in _logs(paths, on_empty):
-        yield [p for batch in _read(log, on_error, on_busy) for p in batch]
+        yield [p for batch in _read(log, on_error, on_busy, marks) for p in batch]
 
 
 def wall_order(point: Point) -> float:
@@ -56,6 +58,7 @@ def iter_points(
     on_error: Callable[[str], None] | None = None,
     on_empty: Callable[[str], None] | None = None,
     on_busy: Callable[[str], None] | None = None,
+    marks: list[ProbeMark] | None = None,
 ) -> Iterator[Point]:
     """The points in the order a live daemon judges them.
 
@@ -66,7 +69,8 @@ def iter_points(
     are not sorted (a clock stepped back), so one file is fed exactly as live
     reads it, where sorting every point would reorder it.
     """
-    yield from heapq.merge(*iter_files(paths, on_error, on_empty, on_busy), key=wall_order)
+    files = iter_files(paths, on_error, on_empty, on_busy, marks)
+    yield from heapq.merge(*files, key=wall_order)
 
 
 def _logs(
@@ -106,9 +110,14 @@ def iter_ends(paths: Iterable[str | Path]) -> Iterator[RunEnd]:
 
 
 def _read(
-    log: LogFile, on_error: Callable[[str], None] | None, on_busy: Callable[[str], None] | None
+    log: LogFile,
+    on_error: Callable[[str], None] | None,
+    on_busy: Callable[[str], None] | None = None,
+    marks: list[ProbeMark] | None = None,
 ) -> Iterator[list[Point]]:
     for got in _reads(log, on_error, on_busy):
+        if marks is not None:
+            marks.extend(got.marks)
         if got.points:
             yield got.points
 
@@ -134,6 +143,8 @@ def _reads(
                 told = on_busy or on_error
                 if told is not None:
                     told(f"{tail.path}: {got.busy}")
+            if not got.more and isinstance(tail, FileTail):
+                got.events.extend(tail.let_go())  # a finished log: nothing will continue it
             yield got
             if not got.more:
                 break

@@ -26,7 +26,7 @@ import stat
 import time
 from dataclasses import dataclass, field, replace
 
-from trainsentry.point import Point, Row, RunEnd, TextEvent, Trace, points_of
+from trainsentry.point import Point, ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
 from trainsentry.sources.discover import LogFile, refusal
 from trainsentry.sources.formats import new_decoder
@@ -61,6 +61,8 @@ class TailRead:
     # what trackers say of their runs besides points: traces (run_trace.py) and ends
     traces: list[tuple[str, Trace]] = field(default_factory=list)
     ends: list[RunEnd] = field(default_factory=list)
+    # the probe's meta and end records, of `run`; none while relearning, as events
+    marks: list[ProbeMark] = field(default_factory=list)
 
     @property
     def points(self) -> list[Point]:
@@ -397,6 +399,9 @@ class FileTail:
             out.traces.append((self.log.run, decoded.trace))
         if decoded.ends:
             out.ends.extend(replace(e, run=self.log.run) for e in decoded.ends)
+        if decoded.marks and self._replay_until is None:
+            run, path = self.log.run, self.path
+            out.marks.extend(replace(m, run=run, path=path) for m in decoded.marks)
         consumed = decoded.consumed
         if consumed:
             self._offset += consumed
@@ -438,6 +443,19 @@ class FileTail:
         if n > back:
             self._decode(out, data[back:], True, time.time())
         return True
+
+    @property
+    def holding(self) -> bool:
+        """A text log's event is held for lines that may continue it (text_events.py)."""
+        return bool(getattr(self._decoder, "holding", False))
+
+    def let_go(self) -> list[TextEvent]:
+        """The held event of a text log, let go: its log has been quiet (runtime/loop.py)."""
+        let_go = getattr(self._decoder, "let_go", None)
+        if let_go is None:
+            return []
+        run, path = self.log.run, self.path
+        return [replace(e, run=run, path=path) for e in let_go()]
 
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
         """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""

@@ -12,12 +12,12 @@ event and an alert quotes it whole, so the exception line and the frames
 above it travel together. Every other line is an event of its own.
 
 Where an event ends is only known when the next line comes: an exception
-line may be followed by a chained one. A job that crashed writes nothing
-more, so at the end of what was written (`at_eof`) a finished traceback or
-report is let go rather than held for a line that never comes; a chain cut
-by that read arrives as a second event of the same alert. A traceback whose
-frames are still being written is held (it has no exception line yet),
-bounded by MAX_EVENT_LINES.
+line may be followed by a chained one, in the same read or the next. So an
+event is held across reads until a line comes that cannot continue it, and
+a job that crashed writes nothing more: the reader lets a held event go
+(`Grouper.flush`, through the decoder's `let_go`) once its log has been
+quiet a moment (runtime/loop.py, HOLD_SECONDS), or at the end of a finished
+file (`replay`). A held event is bounded by MAX_EVENT_LINES.
 
 torchrun prefixes each line of a rank's output with `[rank0]:` (or
 `[default0]:`); grouping looks past that prefix and the event keeps the
@@ -142,10 +142,10 @@ class Grouper:
         elif line.strip():
             out.append(Grouped(number, [line], "line"))
 
-    def end_of_data(self, out: list[Grouped]) -> None:
-        """Nothing more was written for now: a finished event is let go (see the module)."""
-        if self.state in (EXCEPTION, REPORT):
-            self.flush(out)
+    @property
+    def holding(self) -> bool:
+        """Lines held for an event that the next line may still continue."""
+        return self.state != IDLE
 
     def flush(self, out: list[Grouped]) -> None:
         if self.held:

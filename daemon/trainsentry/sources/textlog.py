@@ -19,7 +19,9 @@ Every line is masked for secrets (secrets.py) before it leaves this module.
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from typing import Any
 
 from orjson import loads as _loads
@@ -60,6 +62,7 @@ class TextDecoder:
         self._lines = Lines()
         self._number = 0  # lines consumed so far
         self._grouper = Grouper()
+        self._held_wall = math.nan  # when the lines of a held event were read
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         end, _, lines, cut = self._lines.split(data)
@@ -72,10 +75,22 @@ class TextDecoder:
             self._number += 1
             text = mask_secrets(clean(raw.decode("utf-8", "replace")))
             grouper.push(self._number, text, found)
-        if at_eof and end == len(data):
-            grouper.end_of_data(found)
+        if lines and grouper.holding:
+            self._held_wall = file_time
         result.events = [_event(g, file_time) for g in found]
         return result
+
+    @property
+    def holding(self) -> bool:
+        """An event is held for lines that may continue it (a chained exception)."""
+        return self._grouper.holding
+
+    def let_go(self) -> list[TextEvent]:
+        """The held event, as it is: nothing came to continue it (text_events.py)."""
+        found: list[Grouped] = []
+        self._grouper.flush(found)
+        wall = self._held_wall if math.isfinite(self._held_wall) else time.time()
+        return [_event(g, wall) for g in found]
 
     def snapshot(self) -> dict[str, Any]:
         state: dict[str, Any] = {"line": self._number, **self._grouper.snapshot()}
@@ -187,3 +202,10 @@ class LogDecoder:
     @property
     def mode(self) -> str:
         return self._mode
+
+    @property
+    def holding(self) -> bool:
+        return isinstance(self._inner, TextDecoder) and self._inner.holding
+
+    def let_go(self) -> list[TextEvent]:
+        return self._inner.let_go() if isinstance(self._inner, TextDecoder) else []

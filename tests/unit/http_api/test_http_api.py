@@ -12,7 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,12 +148,33 @@ def test_metrics_are_served_in_prometheus_format(server: ApiServer) -> None:
     assert samples[("trainsentry_notifications", (("state", "failed"),))] == 0
     assert samples[("trainsentry_run_lag_seconds", (("run", "exp2/seed0"),))] == 7200
     assert samples[("trainsentry_run_last_step", (("run", "exp1/seed0"),))] == 1234
+    assert samples[("trainsentry_run_state", (("run", "exp1/seed0"), ("state", "running")))] == 1
     assert samples[("trainsentry_directories_seen", ())] == 9
     assert samples[("trainsentry_heartbeat_age_seconds", ())] == 1.0
     assert ("trainsentry_build_info", (("version", "0.1.0"),)) in samples
     if sys.platform == "linux":
         assert ("trainsentry_inotify_watches", ()) in samples
         assert ("process_resident_memory_bytes", ()) in samples
+
+
+def test_each_runs_state_is_one_series_of_metrics(view: FakeView) -> None:
+    crashed = RunStatus("exp2/seed0", 99, NOW - 7200, 3, "crashed", "CUDA out of memory")
+    view.snap = replace(SNAPSHOT, runs=(SNAPSHOT.runs[0], crashed))
+    server = serve(view)
+    try:
+        body = get(f"{server.url}/metrics")[2]
+    finally:
+        server.close()
+    states = {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "trainsentry_run_state"
+    }
+    assert states == {
+        (("run", "exp1/seed0"), ("state", "running")): 1,
+        (("run", "exp2/seed0"), ("state", "crashed")): 1,
+    }
 
 
 def test_openmetrics_is_served_when_asked_for(server: ApiServer) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from support.probe_loops import read
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
 def records(logdir: Path) -> list[dict[str, Any]]:
-    lines = (logdir / "trainsentry-probe.rank0.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines][1:]
+    return read(logdir)[1]
 
 
 def request_stop(logdir: Path) -> None:
@@ -173,3 +173,5 @@ def test_the_hf_callback_records_a_trainer_run(tmp_path: Path) -> None:
     assert "probe/embed_norm_spread/transformer.wte" in got[1]
     meta = json.loads((tmp_path / "trainsentry-probe.rank0.jsonl").read_text().splitlines()[0])
     assert meta["seed"] == 3 and meta["hparams"]["gradient_accumulation_steps"] == 2
+    end = json.loads((tmp_path / "trainsentry-probe.rank0.jsonl").read_text().splitlines()[-1])
+    assert (end["kind"], end["exit"], end["step"]) == ("end", "clean", 4)  # at train end

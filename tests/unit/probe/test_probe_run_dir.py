@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from support.probe_loops import read_file
 from support.ranks import run_ranks
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -44,8 +45,7 @@ def stop_run_of(root: Path, log: Path) -> None:
 
 
 def probed_steps(logdir: Path) -> int:
-    lines = (logdir / PROBE_FILE).read_text().splitlines()
-    return len(lines) - 1  # less the meta record
+    return len(read_file(logdir / PROBE_FILE)[1])
 
 
 # ---- HF Trainer ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ LAYERS = {"embed": 0.5, "blocks.0.attn": 0.2, "blocks.0.mlp": 0.3, "head": 1.0}
 
 
 def healthy(seed: int = 0, steps: int = 40_000) -> Series:
-    """A probe file's series at the default cadences: 0.5 s per step, layer
+    """A probe file's series at the default cadences: 0.5 s per step (its step time
+    every 10th, to keep the run small), layer
     statistics every 100 steps, activations every 1000, NVML every 5 s."""
     rng = random.Random(seed)
     out: Series = {}
@@ -31,6 +32,7 @@ def healthy(seed: int = 0, steps: int = 40_000) -> Series:
 
     for s in range(0, steps + 1, 10):
         add("probe/gpu_util", s, min(100.0, 92 + rng.gauss(0, 4)))
+        add("probe/step_time", s, 0.5)
         if s % 100:
             continue
         decay = 1 + 0.5 * math.exp(-s / 5000)

@@ -218,9 +218,9 @@ def test_the_tick_cadence_is_a_hundredth_of_the_shortest_silence(rules: str, eve
     assert Engine(ruleset(rules)).tick_every == pytest.approx(every)
 
 
-def test_the_default_pack_is_ticked_every_five_seconds() -> None:
-    """Its shortest silence is run_stalled's 15 minutes: 5 s late is half a percent."""
-    assert Engine(load_rules([])).tick_every == 5.0
+def test_the_default_pack_is_ticked_every_three_seconds() -> None:
+    """Its shortest silence is probe_steps_stopped's 5 minutes: 3 s late is 1 %."""
+    assert Engine(load_rules([])).tick_every == pytest.approx(3.0)
 
 
 def test_silence_resolves_the_runs_other_alerts_with_data_stopped() -> None:

@@ -284,3 +284,39 @@ def test_the_probes_meta_record_is_the_runs_trace_and_is_told_again_after_a_rest
     resumed = JsonlDecoder()
     resumed.restore(json.loads(json.dumps(decoder.snapshot())))
     assert resumed.feed(b"", at_eof=True, file_time=0.0).trace == got.trace
+
+
+def test_the_probes_meta_and_end_records_are_marks_with_their_line_numbers() -> None:
+    probe = {"format": "trainsentry-probe", "host": "gpu-7", "pid": 4321}
+    meta = {"kind": "meta", **probe, "time": 1.8e9, "pid_start": 99, "pid_ns": "pid:[4026531836]"}
+    step = {"step": 0, "time": 1.8e9 + 1, "probe/loss": 2.0}
+    end = {
+        "kind": "end",
+        **probe,
+        "time": 1.8e9 + 2,
+        "exit": "exception",
+        "error": "RuntimeError: x",
+    }
+    other = {"kind": "end", "step": 1, "loss": 1.0}  # another writer's "end" is its business
+    decoder = JsonlDecoder()
+    first = decoder.feed(
+        (json.dumps(meta) + "\n" + json.dumps(step) + "\n").encode(), at_eof=True, file_time=0.0
+    )
+    second = decoder.feed(
+        (json.dumps(other) + "\n" + json.dumps(end) + "\n").encode(), at_eof=True, file_time=0.0
+    )
+    [started] = first.marks
+    assert (started.kind, started.line, started.host, started.pid) == ("meta", 1, "gpu-7", 4321)
+    assert (started.pid_start, started.pid_ns) == (99, "pid:[4026531836]")
+    [ended] = second.marks
+    assert (ended.kind, ended.line, ended.exit, ended.error) == (
+        "end",
+        4,
+        "exception",
+        "RuntimeError: x",
+    )
+    assert [r.tags for r in first.rows + second.rows] == [("probe/loss",), ("loss",)]
+    restored = JsonlDecoder()
+    restored.restore(decoder.snapshot())
+    again = restored.feed((json.dumps(end) + "\n").encode(), at_eof=True, file_time=0.0)
+    assert [m.line for m in again.marks] == [5]  # a restart goes on counting

@@ -166,3 +166,53 @@ def test_a_log_named_after_a_run_directory_beside_it_belongs_to_that_run(tmp_pat
     (tmp_path / "slurm-77.out").write_text("a job of no run of its own\n")
     found = {f.path.name: f.run for f in Root.watched(tmp_path).scan()}
     assert found == {"exp1.out": "exp1", "metrics.jsonl": "exp1", "slurm-77.out": tmp_path.name}
+
+
+# A real chain of three: `During handling` and `direct cause` both, as torch raises it.
+THREE_CHAINED = """
+import torch
+def step():
+    return torch.randn(2, 3) @ torch.randn(4, 5)
+try:
+    try:
+        step()
+    except RuntimeError:
+        {}["lr"]
+except KeyError as exc:
+    raise ValueError("resume failed") from exc
+"""
+
+
+@pytest.mark.parametrize(
+    "marker", [b"\nDuring handling", b"\nThe above exception", b"\nValueError"]
+)
+def test_a_chained_traceback_split_between_two_reads_is_one_event(marker: bytes) -> None:
+    data = stderr_of(THREE_CHAINED)
+    data = data[: data.rindex(b"step 2 never logged")]  # the crash's last words are its own
+    cut = data.index(marker) + 1
+    decoder = TextDecoder()
+    first = decoder.feed(data[:cut], at_eof=True, file_time=1.0).events
+    assert decoder.holding  # the exception line before the cut may be continued
+    second = decoder.feed(data[cut:], at_eof=True, file_time=2.0).events
+    held = decoder.let_go()  # nothing follows: the log went quiet
+    events = first + second + held
+    assert [e.kind for e in events] == ["line", "traceback"]
+    crash = events[1]
+    assert crash.lines[0] == "Traceback (most recent call last):"
+    assert crash.lines[-1] == "ValueError: resume failed"
+    assert any(x.startswith("RuntimeError: mat1 and mat2 shapes") for x in crash.lines)
+    assert "KeyError: 'lr'" in crash.lines
+    assert crash.wall_time == 2.0  # when its last lines were read
+    assert not decoder.holding and decoder.let_go() == []
+
+
+def test_the_last_traceback_of_a_finished_log_is_let_go_by_replay(tmp_path: Path) -> None:
+    from trainsentry.sources.reading import iter_events
+
+    run = tmp_path / "exp"
+    run.mkdir()
+    data = stderr_of(CHAINED)
+    (run / "stderr.log").write_bytes(data[: data.rindex(b"step 2 never logged")])
+    events = list(iter_events([run]))
+    assert [e.kind for e in events] == ["line", "traceback"]
+    assert events[1].lines[-1] == "ValueError: no checkpoint to resume from"

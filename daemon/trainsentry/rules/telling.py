@@ -1,0 +1,56 @@
+"""The lines of a text event a person paged needs, out of the many it has.
+
+A traceback is dozens of lines; the page needs its last exception line, the
+frame that raised it, and what it was raised while handling. A c10d report
+or a plain line is quoted as the line the rule matched. torchrun's
+`[rank0]:` prefix is looked past, as grouping does (sources/text_events.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainsentry.point import TextEvent
+
+TELLING_LINES = 5
+_RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+_INDENTED = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?\s")
+# lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
+_CONTINUATION = re.compile(
+    r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
+    r"|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`)"
+)
+_NOT_EXCEPTION = ("Traceback (most recent call last):", "During handling of", "The above exception")
+
+
+def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
+    """The lines a person needs from the event: the matched one; for a traceback its
+    last exception line first, the frame that raised it, and what it was raised during."""
+    lines = event.lines
+    hit = lines[event.text.count("\n", 0, match.start())].strip()
+    if event.kind != "traceback":
+        return (hit,)
+    exceptions = [
+        i
+        for i, line in enumerate(lines)
+        if line.strip()
+        and not _INDENTED.match(line)
+        and not _bare(line).startswith(_NOT_EXCEPTION)
+        and not _CONTINUATION.match(_bare(line))
+    ]
+    if not exceptions:
+        return (hit,)
+    last = exceptions[-1]
+    frames = [x.strip() for x in lines[:last] if _INDENTED.match(x) and x.strip()]
+    frames = [f for f in frames if set(f) - set("^~ ")][-2:]  # no caret markers
+    out = [lines[last].strip(), *frames]
+    if hit not in out and not _bare(hit).startswith(_NOT_EXCEPTION):
+        out.insert(0, hit)  # the rule matched an earlier line: the reason it fired
+    earlier = [lines[i].strip() for i in exceptions[:-1] if lines[i].strip() not in out]
+    if earlier:
+        out.append(f"while handling: {earlier[-1]}")
+    return tuple(out[:TELLING_LINES])
+
+
+def _bare(line: str) -> str:
+    return _RANK.sub("", line.strip(), count=1)

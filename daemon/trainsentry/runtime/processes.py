@@ -1,0 +1,94 @@
+"""On the job's own host: is the process the probe's meta record names still there?
+
+A job killed by SIGKILL, the OOM killer or a node agent writes nothing more:
+no traceback, no end record. Its logs only go quiet, which the no-data rules
+can tell only after many minutes. When the daemon runs on the same host and
+in the same pid namespace (meta's `host` and `pid_ns` equal this process's),
+it can look at the process itself: gone without an end record is a crash.
+
+A pid is reused once its process is gone, so a pid alone proves nothing; the
+meta record also gives the process's start time (`pid_start`, field 22 of
+/proc/<pid>/stat), and a process of that pid started at another time is
+another process. A zombie (exited, not yet reaped by its parent) is gone.
+
+The look costs one small read per watched process every CHECK_SECONDS, on
+the loop's tick whether data arrives or not. A process found gone is not
+declared at once: what it wrote just before it exited (its end record) may
+still wait in the kernel's event queue, so the run's files are read once
+more (`Daemon.look_again`) and the process is declared gone only if the
+next look, after that read, still finds no end record.
+
+Linux only (/proc); elsewhere nothing is watched. `replay` has no process to
+look at: a finished run's probe file tells only by its end record.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+
+from trainsentry.rules.run_life import ProbeProcess
+
+# A crash is paged within seconds: a look every 2 s is a read of /proc per watched
+# process, about 20 µs each, so a thousand jobs on one host cost 1 % of a core.
+CHECK_SECONDS = 2.0
+
+Watched = tuple[str, ProbeProcess]  # (run, process)
+
+
+def own_namespace() -> str:
+    """This process's pid namespace ("pid:[4026531836]"); "" off Linux."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def started_at(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of a live process; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if not fields or fields[0] in (b"Z", b"X"):  # exited, not reaped (or being reaped)
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(process: ProbeProcess) -> bool:
+    return started_at(process.pid) == process.pid_start
+
+
+class ProcessCheck:
+    """Finds the watched processes that are gone, in two looks (see the module)."""
+
+    def __init__(self, host: str | None = None, namespace: str | None = None) -> None:
+        self.host = socket.gethostname() if host is None else host
+        self.namespace = own_namespace() if namespace is None else namespace
+        self.next_look = 0.0
+        self._suspects: set[tuple[str, str]] = set()  # (run, path) found gone once
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.namespace)
+
+    @property
+    def suspects(self) -> bool:
+        return bool(self._suspects)
+
+    def look(self, watched: Iterable[Watched], now: float) -> set[str]:
+        """The runs with a process found gone: their files are to be read once more."""
+        self.next_look = now + CHECK_SECONDS
+        gone = {(run, p.path) for run, p in watched if not alive(p)}
+        self._suspects |= gone
+        return {run for run, _ in gone}
+
+    def confirm(self, watched: Iterable[Watched]) -> list[tuple[str, str]]:
+        """The suspects still gone, still without an end record, after their files' read."""
+        suspects, self._suspects = self._suspects, set()
+        return [(run, p.path) for run, p in watched if (run, p.path) in suspects and not alive(p)]
