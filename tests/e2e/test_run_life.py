@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.alert_log import alerts, find, status_of
 from support.daemon_process import DaemonProcess
 from support.paths import SUPPORT
@@ -34,19 +35,23 @@ rules:
   - name: run_stalled
     severity: warning
     family: liveness
-    no_data: {factor: 20, min_silence: 15s}
+    no_data: {{factor: 20, min_silence: {quiet}}}
   - name: probe_steps_stopped
     tag: probe/step_time
     severity: warning
     family: liveness
-    no_data: {factor: 10, min_silence: 3s}
+    no_data: {{factor: 10, min_silence: {steps}}}
 """
 
 
-def start_daemon(tmp_path: Path) -> tuple[DaemonProcess, Path, str]:
+def start_daemon(
+    tmp_path: Path, quiet: str = "15s", steps: str = "3s"
+) -> tuple[DaemonProcess, Path, str]:
+    """The daemon with the pack's silences shortened to `quiet` (run_stalled) and
+    `steps` (probe_steps_stopped)."""
     (tmp_path / "logs").mkdir()
     rules = tmp_path / "short.yaml"
-    rules.write_text(SHORT)
+    rules.write_text(SHORT.format(quiet=quiet, steps=steps))
     out, address = tmp_path / "alerts.jsonl", f"127.0.0.1:{free_port()}"
     daemon = DaemonProcess(
         str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", address,
@@ -72,10 +77,13 @@ def runs_of(address: str) -> dict[str, dict[str, object]]:
         return {r["run"]: r for r in json.load(answer)["runs"]}
 
 
+@pytest.mark.timeout(400)  # two jobs and a 25 s silence, on a machine that may be loaded
 def test_a_sigkilled_job_is_paged_as_a_crash_and_a_clean_exit_is_finished_with_no_page(
     tmp_path: Path,
 ) -> None:
-    daemon, out, address = start_daemon(tmp_path)
+    # silences far longer than the few seconds a gone process takes to be seen, even on
+    # a loaded machine: the crash must be told as a crash, not raced by "went quiet"
+    daemon, out, address = start_daemon(tmp_path, quiet="25s", steps="120s")
     logs = tmp_path / "logs"
     killed = job(logs / "killed", "forever")
     try:
@@ -94,7 +102,7 @@ def test_a_sigkilled_job_is_paged_as_a_crash_and_a_clean_exit_is_finished_with_n
             lambda: find(out, run="clean", rule="loss_non_finite", state="resolved"),
             "the finished job's NaN resolved",
         )
-        # a run without the probe that stops writing goes quiet after 15 s: by then the
+        # a run without the probe that stops writing goes quiet after 25 s: by then the
         # finished and the crashed runs would have gone quiet too, were they judged so
         quiet = logs / "quiet" / "metrics.jsonl"
         quiet.parent.mkdir()
@@ -105,8 +113,8 @@ def test_a_sigkilled_job_is_paged_as_a_crash_and_a_clean_exit_is_finished_with_n
         )  # fmt: skip
         wait_until(
             lambda: find(out, run="quiet", rule="run_stalled", state="firing"),
-            "the control run went quiet",
-        )
+            "the control run went quiet", timeout=120,
+        )  # fmt: skip
         status, runs = status_of(address), runs_of(address)
     finally:
         if killed.poll() is None:

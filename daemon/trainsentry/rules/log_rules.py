@@ -43,11 +43,24 @@ from typing import Any
 from trainsentry.alert import Transition
 from trainsentry.point import ProbeMark, TextEvent
 from trainsentry.rules import model as m
+from trainsentry.rules.needles import needles
 from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
 from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
 RESTART_GRACE = 30.0
+
+
+_Compiled = tuple[m.Rule, "re.Pattern[str]", m.Pattern, tuple[str, ...] | None]
+_Applicable = tuple[list[_Compiled], tuple[str, ...] | None]
+
+
+def _any_in(found: tuple[str, ...], text: str) -> bool:
+    # a loop, not any() over a generator: half the cost, once per event per rule
+    for needle in found:  # noqa: SIM110
+        if needle in text:
+            return True
+    return False
 
 
 @dataclass(eq=False, slots=True)
@@ -85,7 +98,28 @@ class LogEngine:
         patterns = [(r, r.condition) for r in self.rules if isinstance(r.condition, m.Pattern)]
         # catch-alls last, so they know whether a more telling rule matched the event
         patterns.sort(key=lambda rc: rc[1].fallback)
-        self._compiled = [(r, re.compile(c.regex, re.MULTILINE), c) for r, c in patterns]
+        self._compiled = [
+            (r, re.compile(c.regex, re.MULTILINE), c, needles(c.regex)) for r, c in patterns
+        ]
+        # the rules an event of a (kind, level) can match, filtered once, not per event
+        self._applicable: dict[tuple[str, str], _Applicable] = {}
+
+    def _for(self, kind: str, level: str) -> _Applicable:
+        """The rules for events of this kind and level, and every needle of theirs (None
+        when one of them has none): an event with no needle is matched by none."""
+        got = self._applicable.get((kind, level))
+        if got is None:
+            rules = [
+                c
+                for c in self._compiled
+                if (not c[2].levels or level in c[2].levels)
+                and (not c[2].events or kind in c[2].events)
+            ]
+            gate: tuple[str, ...] | None = ()
+            for *_, found in rules:
+                gate = None if gate is None or found is None else gate + found
+            got = self._applicable[(kind, level)] = (rules, gate)
+        return got
 
     def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
         """New rules; the alerts of unchanged ones keep firing, the others resolve."""
@@ -113,12 +147,13 @@ class LogEngine:
             step, wall = life.step, event.wall_time
             text = event.text
             matched = False
-            for rule, regex, cond in self._compiled:
+            rules, gate = self._for(event.kind, event.level)
+            if gate is not None and not _any_in(gate, text):
+                rules = []  # a progress line: no rule's words are in it
+            for rule, regex, cond, found in rules:
                 if cond.fallback and matched:
                     continue
-                if cond.levels and event.level not in cond.levels:
-                    continue
-                if cond.events and event.kind not in cond.events:
+                if found is not None and not _any_in(found, text):
                     continue
                 match = regex.search(text)
                 if match is None:

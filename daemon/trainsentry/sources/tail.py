@@ -394,7 +394,7 @@ class FileTail:
             target.extend(decoded.rows)
         if decoded.events and self._replay_until is None:
             run, path = self.log.run, self.path
-            out.events.extend(replace(e, run=run, path=path) for e in decoded.events)
+            out.events.extend(_placed(e, run, path) for e in decoded.events)
         if decoded.trace:  # relearnt too: a restart keeps no trace but the logs'
             out.traces.append((self.log.run, decoded.trace))
         if decoded.ends:
@@ -455,7 +455,7 @@ class FileTail:
         if let_go is None:
             return []
         run, path = self.log.run, self.path
-        return [replace(e, run=run, path=path) for e in let_go()]
+        return [_placed(e, run, path) for e in let_go()]
 
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
         """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""
@@ -474,3 +474,9 @@ class FileTail:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _placed(e: TextEvent, run: str, path: str) -> TextEvent:
+    """The event with its run and path: built directly, dataclasses.replace costs 4 µs an
+    event (a text log's every line is one)."""
+    return TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run)

@@ -50,6 +50,7 @@ _CONTINUES_EXCEPTION = re.compile(
 _GLOG = r"\[[EF][\d\s:.]*\s+\S+\.(?:cpp|cc|h):\d+\]"
 # the first line of a C++ / c10d report, and the lines that continue one
 _REPORT_START = re.compile(rf"^(?:{_GLOG}|terminate called after throwing|Fatal Python error:)")
+_REPORT_FIRST = frozenset("[tF")  # what a report's first line can start with, tested first
 _CONTINUES_REPORT = re.compile(
     rf"^(?:\s|{_GLOG}|frame #\d+|Exception raised from |what\(\):|Thread 0x|Current thread 0x"
     r"|Stack \(most recent call first\)|Extension modules:|Fatal Python error:|\S+, line \d+ in "
@@ -73,7 +74,11 @@ def clean(raw: str) -> str:
 
 def level_of(line: str) -> str:
     """The logging level a plain line names near its start ("error", "warning"), else ""."""
-    found = _LEVEL.search(line, 0, 80)
+    head = line[:80]
+    # substring tests first: most lines name no level, and four are cheaper than a search
+    if not ("ERR" in head or "WARN" in head or "CRIT" in head or "FATAL" in head):
+        return ""
+    found = _LEVEL.search(head)
     if found is None:
         return ""
     word = found.group(1).lower()
@@ -137,7 +142,7 @@ class Grouper:
     def _idle(self, number: int, line: str, bare: str, out: list[Grouped]) -> None:
         if bare == TRACEBACK or bare in _CHAINS:
             self.state, self.start, self.held = FRAMES, number, [line]
-        elif _REPORT_START.match(bare):
+        elif bare[:1] in _REPORT_FIRST and _REPORT_START.match(bare):
             self.state, self.start, self.held = REPORT, number, [line]
         elif line.strip():
             out.append(Grouped(number, [line], "line"))
