@@ -35,7 +35,7 @@ in, so nothing here sleeps or reads the time.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,20 +137,22 @@ class FiringBook:
         with a critical: a critical after warnings is the page."""
         told = [
             when
-            for k, e in self._firing.items()
-            if k != key and same_job(k[0], run) and e.resolving is None
-            and (not critical or e.told_severity == "critical")
+            for e in self._incident(run, key)
+            if (not critical or e.told_severity == "critical")
             and (when := e.receivers.get(receiver)) is not None
-        ]  # fmt: skip
+        ]
         return max(told, default=None)
 
     def opener(self, run: str, key: AlertKey) -> Firing | None:
         """The first-told alert of the open incident of `run`'s job, other than `key`."""
-        open_ = [
-            e for k, e in self._firing.items()
-            if k != key and same_job(k[0], run) and e.resolving is None and e.receivers
-        ]  # fmt: skip
-        return min(open_, key=lambda e: min(e.receivers.values()), default=None)
+        told = [e for e in self._incident(run, key) if e.receivers]
+        return min(told, key=lambda e: min(e.receivers.values()), default=None)
+
+    def _incident(self, run: str, key: AlertKey) -> Iterator[Firing]:
+        """The alerts firing on `run`'s job (still firing: no held resolve), but `key`."""
+        for k, e in self._firing.items():
+            if k != key and same_job(k[0], run) and e.resolving is None:
+                yield e
 
     def due_resolves(self, now: float) -> list[Any]:
         """The held resolves whose hold is over; their alerts leave the book."""

@@ -134,15 +134,19 @@ class LogEngine:
                     del run.alerts[name]
         return out
 
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        return run
+
     # --- feeding ---
 
     def feed(self, events: Iterable[TextEvent]) -> list[Transition]:
         """Judge events in order; the transitions they caused."""
         out: list[Transition] = []
         for event in events:
-            run = self._runs.get(event.run)
-            if run is None:
-                run = self._runs[event.run] = _Run()
+            run = self._run(event.run)
             life = run.life
             step, wall = life.step, event.wall_time
             text = event.text
@@ -165,9 +169,7 @@ class LogEngine:
 
     def saw(self, run_id: str, step: int, wall: float) -> list[Transition]:
         """The run's metrics reached `step` at `wall`: the axis pattern alerts are judged on."""
-        run = self._runs.get(run_id)
-        if run is None:
-            run = self._runs[run_id] = _Run()
+        run = self._run(run_id)
         life = run.life
         life.step = step
         out: list[Transition] = []
@@ -241,9 +243,7 @@ class LogEngine:
         end record is a line of the run's life for the pattern rules to page."""
         out: list[Transition] = []
         for mark in marks:
-            run = self._runs.get(mark.run)
-            if run is None:
-                run = self._runs[mark.run] = _Run()
+            run = self._run(mark.run)
             if mark.kind == "meta":
                 run.processes[mark.path] = ProbeProcess.of(mark)
                 continue
@@ -254,10 +254,8 @@ class LogEngine:
                 text = exception_line(mark)
                 event = life_event(mark.run, mark.path, mark.line, mark.wall_time, text)
                 out += self._ended_by(run, event, "crashed", mark.error or "an exception")
-            elif not run.life.ended and all(p.ended for p in run.processes.values()):
-                life = run.life
-                life.state, life.cause, life.ended_wall = "finished", "", mark.wall_time
-                self.ended.append((mark.run, life))
+            elif all(p.ended for p in run.processes.values()):
+                self._end_life(mark.run, run.life, "finished", "", mark.wall_time)
         return out
 
     def processes(self, host: str, namespace: str) -> list[tuple[str, ProbeProcess]]:
@@ -285,11 +283,15 @@ class LogEngine:
     def _ended_by(self, run: _Run, event: TextEvent, state: str, cause: str) -> list[Transition]:
         """Judge the event; a run no rule ended (the rule dropped) ends as it says anyway."""
         out = self.feed([event])
-        life = run.life
-        if not life.ended:
-            life.state, life.cause, life.ended_wall = state, cause, event.wall_time
-            self.ended.append((event.run, life))
+        self._end_life(event.run, run.life, state, cause, event.wall_time)
         return out
+
+    def _end_life(self, run_id: str, life: RunLife, state: str, cause: str, wall: float) -> None:
+        """End a life not ended yet, and tell the runtime (`ended`)."""
+        if life.ended:
+            return
+        life.state, life.cause, life.ended_wall = state, cause, wall
+        self.ended.append((run_id, life))
 
     # --- ending ---
 
@@ -307,15 +309,8 @@ class LogEngine:
         record): its life ends as an `ends_run` rule would end it, and the runtime ends
         its alerts (`ended`). What its logs said already stands: a crash with its
         traceback's words says more than "MLflow run status FAILED"."""
-        run = self._runs.get(run_id)
-        if run is None:
-            run = self._runs[run_id] = _Run()
-        life = run.life
-        if life.ended:
-            return
-        life.state, life.cause = state, cause
-        life.ended_wall = wall if math.isfinite(wall) else life.wall
-        self.ended.append((run_id, life))
+        life = self._run(run_id).life
+        self._end_life(run_id, life, state, cause, wall if math.isfinite(wall) else life.wall)
 
     def stalled(self, run_id: str, stalled: bool) -> None:
         """The run's data stopped (a no-data rule fired) or resumed."""

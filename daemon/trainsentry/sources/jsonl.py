@@ -212,7 +212,7 @@ class JsonlDecoder:
         self._feeding = result
         first = offset
         rows, errors = result.rows, result.errors
-        for line in lines:
+        for i, line in enumerate(lines):
             start = offset
             offset += len(line) + 1
             if not line or line.isspace():
@@ -231,7 +231,7 @@ class JsonlDecoder:
                 errors.append(DecodeError(start, f"number out of range: {exc}"))
                 continue
             if marked:  # rare (a probe file's first and last lines): its number looked up
-                number = self._line + (first > 0) + lines.index(line) + 1
+                number = self._line + (first > 0) + i + 1
                 result.marks.append(mark_of(record, number, file_time))
         self._line += len(lines) + (first > 0)  # a line skipped as too long counts too
         return result
