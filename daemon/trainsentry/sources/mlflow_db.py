@@ -33,6 +33,7 @@ from pathlib import Path
 from trainsentry.point import Row, RunEnd, Trace
 from trainsentry.sources.base import Shapes
 from trainsentry.sources.discover import LogFile
+from trainsentry.sources.mlflow_files import ENDINGS
 from trainsentry.sources.run_trace import section
 from trainsentry.sources.tail import TailRead, stat_or_say
 from trainsentry.state.db import Checkpoint
@@ -40,14 +41,6 @@ from trainsentry.state.db import Checkpoint
 ROWS_PER_READ = 50_000
 BUSY_MS = 50
 _NEEDED = {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
-
-
-# MLflow's final run statuses as run lives (rules/log_rules.py), with their causes.
-ENDINGS = {
-    "FINISHED": ("finished", ""),
-    "FAILED": ("crashed", "MLflow run status FAILED"),
-    "KILLED": ("cancelled", "MLflow run status KILLED"),
-}
 
 
 class NotAStore(Exception):

@@ -25,6 +25,14 @@ from trainsentry.sources.base import Decoded, DecodeError, Lines
 
 METRICS_DIR = "metrics"
 RECORD_DIRS = ("params", "tags")
+# MLflow's final run statuses as run lives (rules/run_life.py), with their causes; a
+# file store's meta.yaml writes them as RunStatus numbers
+ENDINGS = {
+    "FINISHED": ("finished", ""),
+    "FAILED": ("crashed", "MLflow run status FAILED"),
+    "KILLED": ("cancelled", "MLflow run status KILLED"),
+}
+STATUS_NUMBERS = {"3": "FINISHED", "4": "FAILED", "5": "KILLED"}
 _TAG = ("",)
 
 

@@ -25,17 +25,11 @@ from pathlib import Path
 
 from trainsentry.point import RunEnd, Trace
 from trainsentry.sources.discover import LogFile
-from trainsentry.sources.mlflow_files import RECORD_DIRS, yaml_field
+from trainsentry.sources.mlflow_files import ENDINGS, RECORD_DIRS, STATUS_NUMBERS, yaml_field
 from trainsentry.sources.run_trace import section
 from trainsentry.sources.tail import TailRead, stat_or_say
 from trainsentry.state.db import Checkpoint
 
-# MLflow's RunStatus numbers in a file store's meta.yaml, the final ones as run lives
-ENDINGS = {
-    "3": ("finished", ""),
-    "4": ("crashed", "MLflow run status FAILED"),
-    "5": ("cancelled", "MLflow run status KILLED"),
-}
 VALUE_BYTES = 8000  # MLflow's own limit on a param or tag value
 
 
@@ -72,9 +66,10 @@ class MlflowRunTail:
         if self._seen.get(str(meta)) != (st.st_size, st.st_mtime_ns):
             self._seen[str(meta)] = (st.st_size, st.st_mtime_ns)
             status, end = yaml_field(meta, "status"), yaml_field(meta, "end_time")
-            if status in ENDINGS and self._told != (status, end):
+            final = STATUS_NUMBERS.get(status)
+            if final is not None and self._told != (status, end):
                 self._told = (status, end)
-                state, cause = ENDINGS[status]
+                state, cause = ENDINGS[final]
                 wall = int(end) / 1000 if end.isdigit() else math.nan
                 out.ends.append(RunEnd(state, cause, wall, self.log.run))
         return out
