@@ -93,7 +93,7 @@ def build_runs(
         out.setdefault(t.run, RunData(t.run)).transitions.append(t)
     for run, life in (lives or {}).items():
         if run in out:
-            out[run].life = f"{life.state}: {life.cause}" if life.cause else life.state
+            out[run].life = life.told
 
     def order(r: RunData) -> tuple[int, str]:
         return (0, r.run) if r.firings else (1, r.run)

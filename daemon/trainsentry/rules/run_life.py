@@ -43,9 +43,14 @@ class RunLife:
         return self.state in ENDINGS
 
     @property
+    def told(self) -> str:
+        """The state with its cause: "crashed: <cause>", "finished"."""
+        return f"{self.state}: {self.cause}" if self.cause else self.state
+
+    @property
     def reason(self) -> str:
         """A resolve's reason for the run's other alerts: "run crashed: <cause>"."""
-        return f"run {self.state}: {self.cause}" if self.cause else f"run {self.state}"
+        return f"run {self.told}"
 
 
 @dataclass(slots=True)
