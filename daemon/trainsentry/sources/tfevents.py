@@ -404,6 +404,10 @@ def _parse_value(d: bytes, pos: int, end: int) -> _Value | None:
         stop = pos + length
         if stop > end:
             return None
+        if key in (0x0A, 0x4A) and (tag if key == 0x0A else metadata) is not None:
+            # a field written twice: protobuf keeps the last tag but checks every one's
+            # UTF-8, and merges metadata; a damaged record, for protobuf to judge
+            return None
         if key == 0x0A:
             tag = d[pos:stop]
         elif key == 0x4A:

@@ -542,6 +542,25 @@ def test_records_with_valid_crc_but_damaged_events_never_raise(data: st.DataObje
     assert _same(decoded.samples[-len(first) :], first)  # nothing learnt from damage misleads
 
 
+def test_a_value_whose_length_swallows_the_next_ones_is_protobufs_to_judge() -> None:
+    """Hypothesis found it: one value's length byte damaged to cover the values after
+    it makes a Value with its tag written several times. Protobuf checks the UTF-8 of
+    every one (a float's bytes in one are not) and refuses the record; the fast path
+    had taken the last tag alone."""
+    values = [summary_pb2.Summary.Value(tag=t, simple_value=0.5 + i) for i, t in enumerate(TAGS)]
+    good = summary_event(5, *values).SerializeToString()
+    at = good.index(b"\n\x04loss") - 1  # the first Value's length
+    damaged = good[:at] + b"C" + good[at + 1 :]
+    stream = b"".join(encode_record(p) for p in (good, damaged, good))
+    fast = TfEventsDecoder().feed(stream, at_eof=True, file_time=FILE_TIME)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tfevents, "_parse_float_summaries", lambda data: None)
+        slow = TfEventsDecoder().feed(stream, at_eof=True, file_time=FILE_TIME)
+    assert len(slow.errors) == 1 and "UTF-8" in slow.errors[0].message
+    assert _same(fast.samples, slow.samples)
+    assert [e.message for e in fast.errors] == [e.message for e in slow.errors]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_several_value_events_damaged_decode_as_protobuf_decodes_them(
