@@ -29,7 +29,7 @@ Condition keys, by layer (all amortised O(1) per point):
 2. `plateau: {window, min_improvement, min_delta, method: mean|best, goal: min|max}`
    (windows over 255 steps or points are summed in buckets of at most a 128th of
    them: their edges move a bucket at a time, see window.BucketWindows),
-   `rise: {factor, smoothing, min_delta, skip}`, `baseline: {learn, skip, rolling,
+   `rise: {factor, smoothing | window, min_delta, skip}`, `baseline: {learn, skip, rolling,
    z_above, z_below, ratio_above, ratio_below, value_above, value_below}`,
    `pair: {other, ratio_above, gap_above, other_below, other_above, rise_from_best,
    other_fall_since_best, other_smoothing}` (window.py); `throughput: {slowdown,

@@ -49,6 +49,7 @@ from trainsentry.rules.window import (
     PairCondition,
     PlateauCondition,
     RiseCondition,
+    WindowRiseCondition,
 )
 
 # "grad_norm at step 340 grew ×18 in 40 steps ...": evidence reads as the predicate
@@ -77,6 +78,8 @@ _FACTORIES: dict[type, Any] = {
 
 def make_condition(spec: m.Condition) -> Evaluator:
     factory = _FACTORIES[type(spec)]
+    if isinstance(spec, m.Rise) and spec.window is not None:
+        factory = WindowRiseCondition  # a window mean for the level, not an EWMA
     condition: Evaluator = factory(spec)
     return condition
 

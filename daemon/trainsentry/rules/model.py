@@ -126,6 +126,8 @@ class Rise:
     # a level that has fallen back this fraction of the way from its peak towards its best
     # is recovering (a transient that passes), not diverging; 0 disables the test
     recovery: float = 0.0
+    # the level is the mean over this span instead of an EWMA over points (window.py)
+    window: Span | None = None
 
 
 @dataclass(frozen=True, slots=True)

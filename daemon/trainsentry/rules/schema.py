@@ -82,6 +82,14 @@ class RiseSpec(Strict):
     min_delta: float = Field(0.0, ge=0)
     skip: int = Field(0, ge=0)
     recovery: float = Field(0.0, ge=0, lt=1)
+    window: SpanField | None = None
+
+    @model_validator(mode="after")
+    def _one_level(self) -> RiseSpec:
+        given = self.model_fields_set
+        if self.window is not None and given & {"smoothing", "recovery"}:
+            raise ValueError("a rise's level is a `window` mean or an EWMA (`smoothing`), not both")
+        return self
 
 
 class PairSpec(Strict):

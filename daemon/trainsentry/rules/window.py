@@ -506,3 +506,58 @@ class PairCondition:
             fall = (self.other_at_best - self.other) / abs(self.other_at_best)
             parts.append(f"{name} down {fall:.1%} since then")
         return "; ".join(parts)
+
+
+class WindowRiseCondition:
+    """A mean over a span of steps well above the lowest mean of that span the run had.
+
+    An EWMA over points averages a different stretch of training at each
+    cadence, and too few points of a sparse log: Lightning's default logs
+    one batch's loss every 50 steps, whose single-batch values swing ×100
+    around a near-zero level, and a run ends before a 20-point EWMA and its
+    warm-up have settled. A window on the step axis averages the same
+    stretch of training at every cadence (1000 steps: 2 points at HF's 500,
+    20 at Lightning's 50, 1000 when every step is logged). The best is the
+    lowest mean of a whole window; the level is judged once a whole window
+    is in, and the verdict clears as soon as the mean is back under the line,
+    so recovery is judged against the run's best, not the excursion's peak.
+    """
+
+    __slots__ = ("best", "best_step", "count", "level", "spec", "windows")
+
+    def __init__(self, spec: Rise) -> None:
+        assert spec.window is not None
+        self.spec = spec
+        self.windows = BucketWindows(spec.window)
+        self.count = 0
+        self.level = math.nan
+        self.best = math.nan
+        self.best_step = 0
+
+    def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
+        if not math.isfinite(value):
+            return None  # the non-finite rules' to judge; one inf would poison the sums
+        self.count += 1
+        windows, span = self.windows, self.windows.span
+        position = windows.position(step, wall_time, self.count)
+        windows.push(position, value)
+        first = windows.first_position
+        if first is None or position - first < span.amount:
+            return None  # not a whole window yet: its mean would be the warm-up's
+        level = self.level = windows.recent_mean()
+        if math.isnan(self.best) or level < self.best:
+            self.best, self.best_step = level, step
+            return QUIET
+        rise = level - self.best
+        spec = self.spec
+        high = rise > (spec.factor - 1.0) * abs(self.best) and rise > spec.min_delta
+        return ACTIVE if high else QUIET
+
+    def evidence(self) -> str:
+        ratio = self.level / self.best if self.best > 0 else math.nan
+        times = f"×{ratio:.3g} " if math.isfinite(ratio) else ""
+        window = self.spec.window
+        return (
+            f"is up: its mean over the last {window} ({fmt(self.level)}) is {times}the lowest "
+            f"mean over {window} it had ({fmt(self.best)}, to step {self.best_step})"
+        )

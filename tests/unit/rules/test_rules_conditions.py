@@ -114,6 +114,33 @@ def test_rise_ignores_a_single_spike() -> None:
     assert evaluate(rules, points("1x20 9 1x20")) == []
 
 
+def test_rise_over_a_step_window_compares_window_means_with_the_lowest() -> None:
+    rules = """
+    - name: up
+      metric: loss
+      rise: {factor: 3, window: 100 steps, min_delta: 0.05}
+    """
+    # every 10 steps: the mean of the last 100 steps passes ×3 its best (0.5) once
+    # 7 of its 10 points are at 2 ((3 × 0.5 + 7 × 2) / 10 = 1.55); under it again at 550
+    got = evaluate(rules, points("1x9 0.5x20 2x20 0.5x20", every=10))
+    assert timeline(got) == [("firing", "warning", 370), ("resolved", "warning", 550)]
+    assert "mean over the last 100 steps (1.55) is ×3.1 the lowest" in got[0].message
+
+
+def test_rise_over_a_step_window_means_the_same_stretch_at_any_cadence() -> None:
+    rules = "- {name: up, metric: loss, rise: {factor: 3, window: 1000 steps}}"
+    # one wild batch a window is averaged away at every step and at every 50
+    for every in (1, 50):
+        n = 4000 // every
+        noisy = " ".join("20" if i % (1000 // every) == 7 else "0.5" for i in range(n))
+        assert evaluate(rules, points(noisy, every=every)) == [], every
+
+
+def test_rise_window_and_smoothing_do_not_mix() -> None:
+    with pytest.raises(RuleFileError, match="a `window` mean or an EWMA"):
+        ruleset("- {name: up, metric: loss, rise: {factor: 3, window: 1000 steps, smoothing: 5}}")
+
+
 def test_pair_flags_validation_rising_while_training_falls() -> None:
     rules = """
     - name: overfit
