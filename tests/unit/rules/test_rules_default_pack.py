@@ -121,6 +121,33 @@ def fault_epoch_level_shift(run: Series) -> None:
     ]
 
 
+# Single-batch training losses as Lightning logs them by default, one every 50
+# steps (a bench run, bench/corpus.py --shapes: lightning50_tb-level_shift): ×100
+# apart around a near-zero level, then around a level ×10 up once 10 % of the
+# labels went random. No point-wise rule tells that level from the noise.
+LIGHTNING_BATCHES = [
+    0.0406, 0.00721, 0.0544, 0.192, 0.0256, 0.157, 0.0321, 0.0544, 0.0045, 0.0427,
+    0.00555, 0.108, 0.156, 0.0965, 0.00198, 0.131, 0.18, 0.167, 0.0618, 0.305,
+]  # fmt: skip
+LIGHTNING_SHIFTED = [
+    0.554, 2.07, 0.702, 0.396, 0.836, 1.95, 0.684, 0.364, 0.85, 1.01, 1.35, 0.162,
+    0.312, 0.18, 0.159, 0.896, 0.748, 0.58, 1.18, 0.95, 0.14, 0.212,
+]  # fmt: skip
+
+
+def fault_level_raised(run: Series) -> None:
+    """The loss as Lightning's default logging writes it, shifted ×10 at the onset."""
+    rows = [row for row in run["train/loss"] if row[0] % 50 == 0]
+    for i, row in enumerate(rows):
+        values = LIGHTNING_SHIFTED if row[0] >= ONSET else LIGHTNING_BATCHES
+        row[2] = values[i % len(values)]
+    run["train/loss"] = rows
+
+
+def fault_val_explosion(run: Series) -> None:
+    after(run["eval/loss"], lambda d, v: 1e4 * v)  # the weights wrecked between evaluations
+
+
 def fault_lr_jump(run: Series) -> None:
     """A scheduler bug: the lr ×10⁴ at one step, and the loss of that record ×40."""
     after(run["train/learning_rate"], lambda d, v: 10.0)
@@ -198,6 +225,8 @@ FAULTS = {
     "loss_plateau": fault_loss_plateau,
     "loss_explosion": fault_loss_explosion,
     "loss_level_shift": fault_level_shift,
+    "loss_level_raised": fault_level_raised,
+    "val_loss_explosion": fault_val_explosion,
     "epoch_loss_level_shift": fault_epoch_level_shift,
     "lr_jump": fault_lr_jump,
     "val_loss_stagnation": fault_val_stagnation,
