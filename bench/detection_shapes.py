@@ -42,6 +42,7 @@ from corpusgen.shapes.spec import SHAPES, on_epoch_axis
 
 from trainsentry.alert import same_job
 from trainsentry.point import Point
+from trainsentry.rules.aliases import Aliases
 from trainsentry.sources.reading import iter_points
 
 SHAPES_DIR = "frameworks"
@@ -273,6 +274,14 @@ def _score_healthy(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
         s.warned.append(f"{run.name}: {_fmt(warn)}")
 
 
+ALIASES = Aliases()
+
+
+def _per_layer(run: ShapeRun) -> bool:
+    """Whether the run logs a gradient norm per layer (the probe's, Lightning's grad_norm)."""
+    return any(ALIASES.resolve(tag).startswith("grad_norm/") for tag in {p.tag for p in run.points})
+
+
 def _score_fault(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
     s.faults += 1
     onset = run.onset or 0
@@ -281,6 +290,8 @@ def _score_fault(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
     if not after:
         before = [f for f in out.firings if f.step < onset]
         why = f"fired only before onset: {_fmt(before)}" if before else "nothing fired"
+        if run.label.get("fault") == "frozen_layers" and not _per_layer(run):
+            why += " (these logs hold no per-layer series)"
         s.missed.append(f"{run.name}: {why}")
     else:
         s.paged += 1

@@ -4,6 +4,9 @@ The LightningModule logs what the Lightning docs show, `self.log("train_loss",
 loss)` in training_step and `self.log("val_loss", loss)` in validation_step;
 the Trainer writes the former every `log_every_n_steps` (default 50) and the
 latter, averaged over the validation loop, at each `val_check_interval`.
+A shape with `grad_norms` adds the docs' recipe for tracking gradients,
+`self.log_dict(grad_norm(self, norm_type=2))` in on_before_optimizer_step:
+`grad_2.0_norm/<param>` for each parameter that has a gradient, and the total.
 Loggers write where a default user's do: <run>/lightning_logs/version_0/.
 Faults come in through a Callback: the optimizer's lr, the batch (labels
 edited in place before training_step sees them), a forward hook for NaN,
@@ -21,6 +24,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import grad_norm
 from torch import nn
 
 from corpusgen.shapes import task
@@ -28,11 +32,16 @@ from corpusgen.shapes.spec import ShapeRun, is_freeze_step, is_nan_step, lr_fact
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, width: int, lr: float, weight_decay: float) -> None:
+    def __init__(self, width: int, lr: float, weight_decay: float, grad_norms: bool) -> None:
         super().__init__()
         self.net = task.Body(width)
         self.lr = lr
         self.weight_decay = weight_decay
+        self.grad_norms = grad_norms
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.grad_norms:
+            self.log_dict(grad_norm(self, norm_type=2))
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _i: int) -> torch.Tensor:
         x, y = batch
@@ -90,11 +99,11 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="lightning")
     L.seed_everything(run.seed, verbose=False)
+    shape = run.spec
     data = task.clusters(run.seed, run.train_size)
-    module = Classifier(run.width, run.lr, run.weight_decay)
+    module = Classifier(run.width, run.lr, run.weight_decay, shape.grad_norms)
     if run.trap == "slow_finetune":
         task.pretrain(module.net, data, run.seed)
-    shape = run.spec
     gen = torch.Generator().manual_seed(run.seed)
     train_set = torch.utils.data.TensorDataset(torch.from_numpy(data.x), torch.from_numpy(data.y))
     val_set = torch.utils.data.TensorDataset(
@@ -129,7 +138,7 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
         "series": {
             "loss": [sub, "train_loss"],
             "val_loss": [sub, "val_loss"],
-            "grad_norm": None,
+            "grad_norm": [sub, "grad_2.0_norm_total"] if shape.grad_norms else None,
             "lr": None,
         },
         "epoch_axis": None,

@@ -223,20 +223,30 @@ class StaleCondition:
     `deadline()` for the run step past which the silence is suspicious and,
     when the run's other series get there, fires on the run's step. Judged on
     steps, not time, so an evaluation pause is not a silence; a point of the
-    series itself is quiet, and resolves it.
+    series itself is quiet, and resolves it. With `unchanged`, a point that
+    repeats the value before it is no news either: Lightning re-logs the last
+    value a hook gave it at each logging step after the hook stops giving one
+    (to the epoch's end), so a frozen parameter's `grad_2.0_norm/...` goes on,
+    bit for bit the same.
     """
 
-    __slots__ = ("intervals", "last", "now", "spec")
+    __slots__ = ("intervals", "last", "now", "seen", "spec", "value")
 
     def __init__(self, spec: Stale) -> None:
         self.spec = spec
         self.intervals: deque[int] = deque(maxlen=9)
-        self.last: int | None = None
+        self.last: int | None = None  # the step of its last new value
+        self.seen: int | None = None  # the step of its last point, new or repeated
+        self.value = math.nan
         self.now = 0  # the run's step when it was last found stale
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
-        if self.last is not None and step > self.last:
-            self.intervals.append(step - self.last)
+        if self.seen is not None and step > self.seen:
+            self.intervals.append(step - self.seen)
+        self.seen = step
+        if self.spec.unchanged and value == self.value:  # NaN is never equal: it is news
+            return None
+        self.value = value
         self.last = step
         return QUIET
 
@@ -251,8 +261,15 @@ class StaleCondition:
         return self.last + max(self.spec.factor * typical, self.spec.min_steps)
 
     def evidence(self) -> str:
+        every = fmt(self.typical())
+        if self.seen is not None and self.last is not None and self.seen > self.last:
+            return (
+                f"has repeated {fmt(self.value)} since step {self.last} while its run went on "
+                f"to step {self.now} (it came every {every} steps): the last value re-logged, "
+                f"as for a layer that gets no gradient"
+            )
         return (
             f"has had no point since step {self.last} while its run went on to step "
-            f"{self.now} (it came every {fmt(self.typical())} steps): no longer written, "
+            f"{self.now} (it came every {every} steps): no longer written, "
             f"as for a layer that gets no gradient"
         )

@@ -189,6 +189,7 @@ class Stale:
     factor: float = 10.0  # the run went on this many of the series' typical intervals
     min_steps: int = 0  # and at least this many steps past the series' last point
     learn: int = 3  # intervals of the series seen before it is judged
+    unchanged: bool = False  # a point repeating the value before it is no new point
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,6 +167,7 @@ class StaleSpec(Strict):
     factor: float = Field(10.0, gt=1)
     min_steps: int = Field(0, ge=0)
     learn: Count = 3
+    unchanged: bool = False
 
 
 class NoDataSpec(Strict):

@@ -195,6 +195,13 @@ def fault_slow_steps(run: Series) -> None:
                 row[1] += 3.0 * (row[0] - ONSET)  # 3.5 s per step instead of 0.5
 
 
+def fault_slow_epochs(run: Series) -> None:
+    """A custom loop's per-epoch mean beside its steps, every step ×7 slower from the onset."""
+    fault_epoch_level_shift(run)
+    run["train/epoch_loss"] = [[s, w, 1.0] for s, w, _ in run["train/epoch_loss"]]
+    fault_slow_steps(run)
+
+
 def fault_step_time(run: Series) -> None:
     after(run["step_time"], lambda d, v: 4 * v)
 
@@ -237,6 +244,7 @@ FAULTS = {
     "update_ratio_collapsed": fault_update_ratio,
     "throughput_drop": fault_slow_steps,
     "step_time_increase": fault_step_time,
+    "epoch_throughput_drop": fault_slow_epochs,
     "run_stalled": fault_stall,
     "step_stalled": fault_step_hang,
 }
