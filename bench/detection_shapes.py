@@ -18,7 +18,8 @@ Measures, per shape, against the issue's targets:
   every alert of that trainsentry run, and of the runs of its job (the
   notifier's `same_job`: Keras' CSV run and its TensorBoard run below it),
   has resolved; a fault's incident is
-  the pages that start at or after onset (target: 1);
+  the pages that start at or after onset, and before its end for a fault that
+  ends (a slowdown) (target: 1);
 - flaps: a firing of a rule on a series after a "recovered" resolve of the
   same rule and series (target: none);
 - ended quiet: the logged loss stays ≥ 3× its pre-fault best (or the run
@@ -51,6 +52,7 @@ MAX_WARNINGS_PER_HEALTHY = 0.5
 MAX_PAGE_DELAY_INTERVALS = 3.0
 MAX_PAGES_PER_INCIDENT = 1
 CRASHED_FAULTS = ("lr_jump", "nan")
+NAME_WIDTH = max(len(name) for name in SHAPES)
 
 
 @dataclass
@@ -319,7 +321,10 @@ def _score_lifecycle(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
         s.flapped.append(f"{run.name}: " + ", ".join(out.flaps[:3]) + more)
     if not run.label["healthy"]:
         onset = run.onset or 0
-        incident = [p for p in out.pages if p.first.step >= onset]
+        # a fault that ends (a slowdown's `duration`) is not what a page after its end is about
+        duration = int(run.label["spec"].get("duration") or 0)  # type: ignore[attr-defined]
+        ends = onset + duration if duration else math.inf
+        incident = [p for p in out.pages if onset <= p.first.step < ends]
         if incident:
             s.incident_pages.append(len(incident))
             if len(incident) > MAX_PAGES_PER_INCIDENT:
@@ -359,7 +364,7 @@ def _row(shape: str, s: ShapeScore, lifecycle: bool) -> str:
     leads = sorted(s.crash_leads)
     lead = f"{leads[0][0]}/{leads[0][1]:.1f}" if leads else "-"
     cols = [
-        f"{shape:18}",
+        f"{shape:{NAME_WIDTH}}",
         f"{len(s.healthy_critical)}/{s.healthy}".rjust(5),
         f"{per_healthy:.2f}".rjust(5),
         f"{s.paged}/{s.faults}".rjust(5),
@@ -380,7 +385,7 @@ def _row(shape: str, s: ShapeScore, lifecycle: bool) -> str:
 
 def _header(lifecycle: bool) -> str:
     cols = [
-        f"{'shape':18}",
+        f"{'shape':{NAME_WIDTH}}",
         "h.crit".rjust(5),
         "w/h".rjust(5),
         "paged".rjust(5),
@@ -392,7 +397,7 @@ def _header(lifecycle: bool) -> str:
     if lifecycle:
         cols += ["pg/in".rjust(5), "flaps".rjust(5), "quiet".rjust(6)]
     targets = [
-        " " * 18,
+        " " * NAME_WIDTH,
         "0".rjust(5),
         "≤0.5".rjust(5),
         "all".rjust(5),

@@ -232,6 +232,7 @@ FAULTS = {
     "loss_plateau": fault_loss_plateau,
     "loss_explosion": fault_loss_explosion,
     "loss_level_shift": fault_level_shift,
+    "loss_level_jump": fault_level_shift,  # the warning on its third point, the critical later
     "loss_level_raised": fault_level_raised,
     "val_loss_explosion": fault_val_explosion,
     "epoch_loss_level_shift": fault_epoch_level_shift,
