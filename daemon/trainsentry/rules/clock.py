@@ -62,7 +62,8 @@ class ThroughputCondition(Packed):
     """
 
     __slots__ = (
-        "baseline", "last", "learning", "now", "previous", "recent", "seen", "spec", "steps",
+        "baseline", "last", "learn_from", "learning", "now", "previous", "recent", "seen", "spec",
+        "steps",
     )  # fmt: skip
     _packed = ("recent",)
 
@@ -73,6 +74,7 @@ class ThroughputCondition(Packed):
         self.steps = 0  # steps in the last interval
         self.seen = 0
         self.learning: list[float] = []
+        self.learn_from: int | None = None  # the step the baseline's first interval began at
         self.baseline = math.nan
         self.now = math.nan
         self.recent: deque[float] = deque(maxlen=spec.recent)
@@ -102,16 +104,20 @@ class ThroughputCondition(Packed):
         self.seen += 1
         if self.seen <= self.spec.skip:
             return None
+        spec = self.spec
+        self.recent.append(per_step)  # the baseline's intervals too: judged once it is learned
         if math.isnan(self.baseline):
+            if self.learn_from is None:
+                self.learn_from = self.previous if spec.source == "clock" else step
             self.learning.append(per_step)
-            if len(self.learning) >= self.spec.learn:
+            # `learn` intervals, or fewer that cover `learn_steps` when points are sparse
+            spanned = spec.learn_steps and step - self.learn_from >= spec.learn_steps
+            if len(self.learning) >= spec.learn or (spanned and len(self.learning) >= 2):
                 self.baseline = median(self.learning)
                 self.learning = []
             return None
-        self.recent.append(per_step)
-        if self.baseline <= 0 or len(self.recent) < self.spec.recent:
+        if self.baseline <= 0 or len(self.recent) < spec.recent:
             return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
-        spec = self.spec
         self.now = median(self.recent) if spec.recent > 1 else per_step
         slow = self.now > spec.slowdown * self.baseline
         # the time lost in this interval: what its steps took beyond the baseline pace,

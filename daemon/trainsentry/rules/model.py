@@ -165,6 +165,8 @@ class Throughput:
     slowdown: float  # recent seconds-per-step over the baseline's
     source: Literal["clock", "step_time", "rate"] = "clock"
     learn: int = 50  # intervals (or values) in the baseline
+    # ... or as many as cover this many steps, if fewer: sparse points are averages already
+    learn_steps: int = 0
     skip: int = 5  # first intervals ignored: compilation, cache warm-up
     recent: int = 9  # median of the last N: a single checkpoint pause is not a drop
     # and at least this many seconds per step (per unit for `rate`) slower than the

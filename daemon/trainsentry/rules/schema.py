@@ -144,6 +144,7 @@ class ThroughputSpec(Strict):
     slowdown: float = Field(gt=1)
     source: Literal["clock", "step_time", "rate"] = "clock"
     learn: Count = 50
+    learn_steps: int = Field(0, ge=0)
     skip: int = Field(5, ge=0)
     recent: Count = 9
     min_increase: float = Field(0.0, ge=0)
