@@ -51,7 +51,7 @@ def make_sink(route: Route) -> Sink:
     if route.kind == "alertmanager":
         from trainsentry.sinks.alertmanager import AlertmanagerSink
 
-        return AlertmanagerSink(route.url, route.timeout)
+        return AlertmanagerSink(route.url, route.timeout, resend=route.repeat_interval)
     from trainsentry.actions.command import CommandSink
 
     return CommandSink()

@@ -106,7 +106,9 @@ def _severity_hint(url: str) -> str:
     return f"; did you mean `{close[0]}:` (the severity prefix)?" if close else ""
 
 
-def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Route:
+def parse_alertmanager(
+    text: str, timeout: float = SEND_TIMEOUT_SECONDS, resend: float = ALERTMANAGER_RESEND_SECONDS
+) -> Route:
     url = resolve_secret(text)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -118,10 +120,10 @@ def parse_alertmanager(text: str, timeout: float = SEND_TIMEOUT_SECONDS) -> Rout
         url.rstrip("/"),
         group_wait=0.0,  # Alertmanager groups by itself
         group_interval=0.0,
-        repeat_interval=ALERTMANAGER_RESEND_SECONDS,
+        repeat_interval=resend,  # the sink asserts each send valid for four of these
         rate_limit=None,
         timeout=timeout,
         # Alertmanager pages for a firing alert only after its group_wait (30 s by
         # default); one resolved before then, as after an outage, never pages at all.
-        hold_resolve=ALERTMANAGER_RESEND_SECONDS,
+        hold_resolve=resend,
     )

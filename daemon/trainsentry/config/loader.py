@@ -238,7 +238,7 @@ def _routes(spec: ConfigSpec, reader: _Reader) -> tuple[Route, ...]:
     for i, a in enumerate(notify.alertmanagers):
         path = ("notify", "alertmanagers", i)
         try:
-            add(parse_alertmanager(a.secret or "", notify.timeout), path)
+            add(parse_alertmanager(a.secret or "", notify.timeout, a.resend_interval), path)
         except RouteError as exc:
             reader.error(path, f"`{_key(path)}`: {exc}")
     return tuple(routes)

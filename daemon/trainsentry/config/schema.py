@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from trainsentry.alerts.route import ALERTMANAGER_RESEND_SECONDS
 from trainsentry.http_api.address import DEFAULT_HOST, DEFAULT_PORT
 from trainsentry.rules.model import Span
 from trainsentry.rules.schema import Strict
@@ -257,18 +258,24 @@ class _Secret(Strict):
         return self._secret
 
 
-class AlertmanagerSpec(_Secret):
+class _UrlSpec(_Secret):
     url: str | None = None
     url_env: str | None = None
     url_file: str | None = None
 
     @model_validator(mode="after")
-    def _check(self, info: ValidationInfo) -> AlertmanagerSpec:
+    def _check(self, info: ValidationInfo) -> _UrlSpec:
         self._resolve(info, required=True)
         return self
 
 
-class RouteSpec(AlertmanagerSpec):
+class AlertmanagerSpec(_UrlSpec):
+    # a firing alert is re-sent this often, valid for four times as long (Prometheus'
+    # --rules.alert.resend-delay, a minute)
+    resend_interval: PositiveSeconds = ALERTMANAGER_RESEND_SECONDS
+
+
+class RouteSpec(_UrlSpec):
     severity: Literal["warning", "critical"] = "warning"  # the least severe it receives
     match: Annotated[dict[str, str], BeforeValidator(_empty_mapping)] = Field(
         default_factory=dict

@@ -87,8 +87,11 @@ class RiseSpec(Strict):
     @model_validator(mode="after")
     def _one_level(self) -> RiseSpec:
         given = self.model_fields_set
-        if self.window is not None and given & {"smoothing", "recovery"}:
-            raise ValueError("a rise's level is a `window` mean or an EWMA (`smoothing`), not both")
+        if self.window is not None and given & {"smoothing", "recovery", "skip"}:
+            raise ValueError(
+                "a rise's level is a `window` mean or an EWMA (`smoothing`, `recovery`, `skip`),"
+                " not both"
+            )
         return self
 
 

@@ -6,7 +6,8 @@ A fleet of daemons can then share one Alertmanager for silences, inhibition
 and routing.
 
 Alertmanager forgets an alert at its `endsAt`. Like Prometheus, a firing alert
-is re-sent every resend interval (the route's repeat interval, a minute) with
+is re-sent every resend interval (the route's repeat interval: a minute, or the
+config's `resend_interval`) with
 `endsAt` four intervals ahead: a daemon that dies lets its alerts expire
 instead of paging forever. A resolve is the same label set with `endsAt` at
 the moment it resolved. Severity is a label, so an escalation is a new label
@@ -33,9 +34,10 @@ from trainsentry.sinks.base import Message, SendResult, timeout_for
 from trainsentry.sinks.masking import mask_url
 
 # Alertmanager forgets an alert at its endsAt; a firing one is re-sent this often
-# and asserted valid for four times as long (Prometheus' resend delay and factor).
+# (by default) and asserted valid for four times as long (Prometheus' resend delay
+# and factor).
 RESEND_SECONDS = 60.0
-VALID_FOR_SECONDS = 4 * RESEND_SECONDS
+VALID_FOR_RESENDS = 4
 
 
 def iso(ts: float) -> str:
@@ -59,7 +61,9 @@ def _labels(alert: Transition, severity: str) -> dict[str, str]:
     return labels
 
 
-def to_alertmanager(notices: tuple[Notice, ...], now: float) -> list[dict[str, Any]]:
+def to_alertmanager(
+    notices: tuple[Notice, ...], now: float, resend: float = RESEND_SECONDS
+) -> list[dict[str, Any]]:
     """The v2 `postableAlerts` for a batch; a later row of the same label set wins."""
     out: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
     for n in notices:
@@ -76,7 +80,7 @@ def to_alertmanager(notices: tuple[Notice, ...], now: float) -> list[dict[str, A
             "labels": _labels(alert, alert.severity),
             "annotations": annotations,
             "startsAt": iso(n.since if n.since is not None else n.at),
-            "endsAt": iso(n.at if n.resolved else now + VALID_FOR_SECONDS),
+            "endsAt": iso(n.at if n.resolved else now + VALID_FOR_RESENDS * resend),
         }
         if n.link:
             entry["generatorURL"] = n.link
@@ -91,7 +95,9 @@ def to_alertmanager(notices: tuple[Notice, ...], now: float) -> list[dict[str, A
 class AlertmanagerSink:
     takes_attachments = False
 
-    def __init__(self, url: str, timeout: float, clock: Any = None) -> None:
+    def __init__(
+        self, url: str, timeout: float, clock: Any = None, resend: float = RESEND_SECONDS
+    ) -> None:
         import time
 
         parts = urlsplit(url.rstrip("/"))
@@ -105,11 +111,12 @@ class AlertmanagerSink:
             parts = parts._replace(netloc=netloc)
         self._endpoint = urlunsplit(parts) + "/api/v2/alerts"
         self._timeout = timeout
+        self._resend = resend
         self._clock = clock or time.time
         self.name = mask_url(url)
 
     def send(self, message: Message) -> SendResult:
-        body = json.dumps(to_alertmanager(message.alerts, self._clock())).encode()
+        body = json.dumps(to_alertmanager(message.alerts, self._clock(), self._resend)).encode()
         headers = dict(self._headers)
         if message.key:
             headers["Idempotency-Key"] = message.key

@@ -63,6 +63,21 @@ def test_a_firing_alert_is_posted_with_labels_annotations_and_validity(
     assert ts(alert["endsAt"]) == pytest.approx(h.clock.now + 240)
 
 
+def test_a_shorter_resend_interval_re_sends_sooner_valid_for_four_of_them(
+    tmp_path: Path, am: HttpReceiver
+) -> None:
+    route = parse_alertmanager(f"http://{am.url}/", resend=15.0)
+    h = Harness(tmp_path, route)
+    sink = AlertmanagerSink(route.url, route.timeout, h.clock, resend=route.repeat_interval)
+    h.notifier.lanes[route.receiver].sink = sink
+    start = h.clock.now
+    h.notifier.submit([transition()])
+    h.deliver()
+    h.advance(15)
+    assert len(am.requests) == 2
+    assert ts(am.requests[1].json()[0]["endsAt"]) == pytest.approx(start + 15 + 60)
+
+
 def test_a_firing_alert_is_re_sent_every_minute_and_its_resolve_ends_it(
     tmp_path: Path, am: HttpReceiver
 ) -> None:

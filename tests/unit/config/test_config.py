@@ -161,6 +161,23 @@ notify:
     assert "secret123456789" not in config.describe()
 
 
+def test_an_alertmanager_resend_interval_is_its_routes_repeat_and_only_an_alertmanagers(
+    tmp_path: Path,
+) -> None:
+    config = load(
+        tmp_path,
+        "notify:\n  alertmanagers:\n    - {url: 'http://am:9093', resend_interval: 15s}\n"
+        "    - http://am2:9093\n",
+    )
+    fast, default = config.routes
+    assert (fast.repeat_interval, fast.hold_resolve) == (15.0, 15.0)
+    assert (default.repeat_interval, default.hold_resolve) == (60.0, 60.0)
+    errs = errors_of(
+        tmp_path, "notify:\n  routes:\n    - {url: 'json://h/x', resend_interval: 15s}\n"
+    )
+    assert errs and "resend_interval" in errs[0], errs
+
+
 def test_secret_errors_point_at_the_key_and_never_print_the_secret(tmp_path: Path) -> None:
     errs = errors_of(
         tmp_path,
