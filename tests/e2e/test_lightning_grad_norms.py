@@ -10,13 +10,11 @@ must see that as the layer it is, and stay quiet on the run that freezes nothing
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.daemon_process import replayed_alerts
 
 L = pytest.importorskip("lightning")
 torch = pytest.importorskip("torch")
@@ -77,13 +75,7 @@ def fit(root: Path, freeze: bool) -> Path:
 
 
 def firings(logdir: Path) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "trainsentry", "replay", str(logdir), "--format", "jsonl"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
-    alerts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return [a for a in alerts if a["state"] == "firing"]
+    return [a for a in replayed_alerts(str(logdir)) if a["state"] == "firing"]
 
 
 def test_a_frozen_body_warns_on_each_of_its_parameters_within_three_intervals(
