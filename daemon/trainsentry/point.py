@@ -18,6 +18,7 @@ Python-level `__new__`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -63,6 +64,12 @@ class Row(NamedTuple):
     wall_time: float
     tags: tuple[str, ...]
     values: tuple[float, ...]
+
+
+# torchrun's `--tee` / `--log-line-prefix-template` default marks every line of a
+# worker `[rank0]:` (`[default0]:` under the elastic agent): grouping a text log
+# into events and quoting one look past it.
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 
 @dataclass(slots=True)

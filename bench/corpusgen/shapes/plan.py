@@ -4,7 +4,9 @@ Healthy traps are what a default pack meets on day one: a plain run; a
 small-data classifier whose training loss is near zero while its validation
 loss sits tens of times higher and still at its best (the normal gap, with
 weight decay holding validation flat); small noisy batches; a slow
-fine-tune from a pretrained body at a tenth of the lr. Fault strengths were
+fine-tune from a pretrained body at a tenth of the lr; a bursty neighbour
+that slows every step ×4 for 0.3 s of each second (OS jitter at its worst:
+a slowdown warning per burst is noise, not news). Fault strengths were
 tried on this task (clusters, best loss ~0.05): lr ×100 on Adam collapses
 the net to chance and it stays there (~30-50× its best, never NaN); 10% of
 labels replaced by random ones lifts the loss ~×5 for good; lr ×10⁴ blows
@@ -22,6 +24,7 @@ TRAP_ARGS: dict[str, dict[str, object]] = {
     "small_data_gap": {"train_size": 300, "width": 128, "weight_decay": 0.5, "batch": 16},
     "noisy_small_batch": {"batch": 2},
     "slow_finetune": {"lr": 1e-4},
+    "bursty_neighbour": {},
 }
 FAULT_PARAM = {
     "divergence": 100.0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FAULTS = ("divergence", "level_shift", "lr_jump", "nan", "frozen_layers", "slowdown")
-TRAPS = ("plain", "small_data_gap", "noisy_small_batch", "slow_finetune")
+TRAPS = ("plain", "small_data_gap", "noisy_small_batch", "slow_finetune", "bursty_neighbour")
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,18 @@ def is_slow_step(run: ShapeRun, step: int) -> bool:
     if run.fault != "slowdown" or run.onset is None:
         return False
     return run.onset <= step < run.onset + run.duration
+
+
+# A neighbour that takes the cores for 0.3 s of every second from the run's first
+# second on, slowing the steps it overlaps ×4: what a shared training box does.
+BURST_PERIOD_S, BURST_S, BURST_FACTOR, BURSTS_FROM_S = 1.0, 0.3, 4.0, 1.0
+
+
+def in_burst(run: ShapeRun, elapsed: float) -> bool:
+    """Whether the bursty neighbour of a run `elapsed` seconds in is taking the cores."""
+    if run.trap != "bursty_neighbour" or elapsed < BURSTS_FROM_S:
+        return False
+    return elapsed % BURST_PERIOD_S < BURST_S
 
 
 def on_epoch_axis(epoch_axis: object, run: str, tag: str) -> bool:

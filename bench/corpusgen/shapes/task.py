@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from corpusgen.shapes.spec import ShapeRun, is_slow_step, label_noise
+from corpusgen.shapes.spec import BURST_FACTOR, ShapeRun, in_burst, is_slow_step, label_noise
 
 DIM = 32
 CLASSES = 10
@@ -130,6 +130,7 @@ class Monitor:
     crash_step: int | None = None
     slow_base: float | None = None  # seconds per step before the slowdown, measured
     _ends: list[float] = field(default_factory=list)
+    _start: float = field(default_factory=time.perf_counter)
 
     def step_done(self, step: int, loss: float) -> bool:
         """Record `step`; sleep if it is slowed; True when the job should stop now."""
@@ -138,11 +139,13 @@ class Monitor:
         exploded = math.isfinite(first) and loss > EXPLODED * first
         if self.crash_step is None and (not math.isfinite(loss) or exploded):
             self.crash_step = step
-        if is_slow_step(self.run, step):
+        slow = is_slow_step(self.run, step)
+        burst = in_burst(self.run, time.perf_counter() - self._start)
+        if slow or burst:
             if self.slow_base is None:
                 gaps = [b - a for a, b in zip(self._ends[-51:], self._ends[-50:], strict=False)]
                 self.slow_base = statistics.median(gaps) if gaps else 0.005
-            factor = self.run.param or 5.0
+            factor = BURST_FACTOR if burst else self.run.param or 5.0
             time.sleep((factor - 1.0) * self.slow_base)
         self._ends.append(time.perf_counter())
         if len(self._ends) > 200:

@@ -32,13 +32,7 @@ CANCELLED = "cancelled"  # pending that never fired
 
 
 def _reached(span: Span | None, steps: float, seconds: float, points: int) -> bool:
-    if span is None or span.amount <= 0:
-        return True
-    if span.unit == "steps":
-        return steps >= span.amount
-    if span.unit == "seconds":
-        return seconds >= span.amount
-    return points >= span.amount
+    return span is None or span.reached(steps, seconds, points)
 
 
 @dataclass(slots=True)

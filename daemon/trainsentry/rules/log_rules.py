@@ -404,13 +404,7 @@ def _cause(template: str | None, groups: dict[str, str], line: str) -> str:
 def _reached(
     span: m.Span | None, first: tuple[int, float], last: tuple[int, float], n: int
 ) -> bool:
-    if span is None or span.amount <= 0:
-        return True
-    if span.unit == "points":
-        return n >= span.amount
-    if span.unit == "steps":
-        return last[0] - first[0] >= span.amount
-    return _elapsed(last[1], first[1]) >= span.amount
+    return span is None or span.reached(last[0] - first[0], _elapsed(last[1], first[1]), n)
 
 
 def _gap(

@@ -52,6 +52,8 @@ _UNITS: dict[str, tuple[SpanUnit, float]] = {
     "days": ("seconds", 86400.0),
 }
 SPAN_HELP = "a span like `200 steps`, `10 points` (evaluations), `90s`, `5m` or `2h`"
+HOLD_HELP = f"{SPAN_HELP}, optionally with `and N points` (`100 steps and 2 points`)"
+_AND_POINTS = re.compile(r"^(.*\S)\s+and\s+(\d+)\s*points?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,25 @@ class Span:
 
     amount: float
     unit: SpanUnit
+    # `for` and `keep_firing_for` only: also this many points. A point stands for
+    # its interval, which is right for a mean (HF's loss) and wrong for a series
+    # whose point is one step's value (HF's grad_norm): `100 steps` is one such
+    # point at 500-step logging, `100 steps and 2 points` is never one batch.
+    min_points: int = 0
+
+    @classmethod
+    def parse_hold(cls, text: str | int | float) -> Span:
+        """A span, or `<span> and N points`; raises ValueError with the accepted forms."""
+        match = _AND_POINTS.match(text) if isinstance(text, str) else None
+        try:
+            span = cls.parse(text if match is None else match.group(1))
+        except ValueError:
+            raise ValueError(f"expected {HOLD_HELP}, got {text!r}") from None
+        if match is None:
+            return span
+        if span.unit == "points":
+            raise ValueError(f"expected {HOLD_HELP}, got {text!r}: both are points")
+        return cls(span.amount, span.unit, int(match.group(2)))
 
     @classmethod
     def parse(cls, text: str | int | float) -> Span:
@@ -83,11 +104,27 @@ class Span:
 
     def __str__(self) -> str:
         if self.unit == "seconds":
+            text = f"{self.amount:g}s"
             for size, suffix in ((3600.0, "h"), (60.0, "m")):
                 if self.amount >= size and self.amount % size == 0:
-                    return f"{self.amount / size:g}{suffix}"
-            return f"{self.amount:g}s"
-        return f"{self.amount:g} {self.unit}"
+                    text = f"{self.amount / size:g}{suffix}"
+                    break
+        else:
+            text = f"{self.amount:g} {self.unit}"
+        return f"{text} and {self.min_points} points" if self.min_points else text
+
+    def reached(self, steps: float, seconds: float, points: int) -> bool:
+        """Has a streak of `steps` steps, `seconds` of the run's time and `points` points
+        lasted this long?"""
+        if points < self.min_points:
+            return False
+        if self.amount <= 0:
+            return True
+        if self.unit == "steps":
+            return steps >= self.amount
+        if self.unit == "seconds":
+            return seconds >= self.amount
+        return points >= self.amount
 
 
 # --- condition specs, one per kind; the evaluators live in threshold/window/pattern ---

@@ -24,15 +24,18 @@ MESSAGE_FIELDS = frozenset(
 )
 
 
-def _span(value: Any) -> m.Span:
+def _span(value: Any, *, hold: bool = False) -> m.Span:
     if isinstance(value, m.Span):
         return value
     if not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected {m.SPAN_HELP}, got {type(value).__name__}")
-    return m.Span.parse(value)
+        help_ = m.HOLD_HELP if hold else m.SPAN_HELP
+        raise ValueError(f"expected {help_}, got {type(value).__name__}")
+    return m.Span.parse_hold(value) if hold else m.Span.parse(value)
 
 
 SpanField = Annotated[m.Span, PlainValidator(_span)]
+# `for` and `keep_firing_for`: a span, or one with `and N points`
+HoldField = Annotated[m.Span, PlainValidator(lambda value: _span(value, hold=True))]
 Positive = Annotated[float, Field(gt=0)]
 Count = Annotated[int, Field(ge=1)]
 
@@ -276,8 +279,8 @@ class RuleSpec(Strict):
     tag: str | list[str] | None = None
     severity: Literal["warning", "critical"] = "warning"
     family: str | None = None
-    for_: SpanField | None = Field(None, alias="for")
-    keep_firing_for: SpanField | None = None
+    for_: HoldField | None = Field(None, alias="for")
+    keep_firing_for: HoldField | None = None
     labels: dict[str, str] = {}
     message: str | None = None
     runbook: str | None = None
@@ -326,7 +329,7 @@ class RuleSpec(Strict):
 
     @model_validator(mode="after")
     def _one_condition(self) -> RuleSpec:
-        found = [k for k in CONDITIONS if getattr(self, k) is not None]
+        found = self._kinds()
         if not self.enabled and not found:  # `- {name: loss_plateau, enabled: false}`
             return self
         if not found and self.switch_only():  # `- {name: val_loss_stagnation, enabled: true}`
@@ -339,12 +342,20 @@ class RuleSpec(Strict):
             raise ValueError("give `metric` (canonical names) or `tag` (raw tags), not both")
         if found[0] == "pattern" and (self.metric is not None or self.tag is not None):
             raise ValueError("a pattern reads the run's text logs, not a series: no `metric`")
+        if found[0] == "pattern" and self.keep_firing_for and self.keep_firing_for.min_points:
+            raise ValueError(
+                "a pattern's `keep_firing_for` is a quiet span of steps or time, with no"
+                " points in it to count: drop `and N points`"
+            )
         if self.metric is None and self.tag is None and found[0] not in ("no_data", "pattern"):
             raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
         return self
 
+    def _kinds(self) -> list[str]:
+        return [k for k in CONDITIONS if getattr(self, k) is not None]
+
     def has_condition(self) -> bool:
-        return any(getattr(self, k) is not None for k in CONDITIONS)
+        return bool(self._kinds())
 
     def switch_only(self) -> bool:
         """`{name, enabled: true}` and nothing else: switch on a rule an earlier file
@@ -352,7 +363,7 @@ class RuleSpec(Strict):
         return self.enabled and self.model_fields_set <= {"name", "enabled"}
 
     def kind(self) -> str:
-        return next(k for k in CONDITIONS if getattr(self, k) is not None)
+        return self._kinds()[0]
 
     def to_rule(self, origin: str = "") -> m.Rule:
         kind = self.kind()

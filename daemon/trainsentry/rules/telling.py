@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 
-from trainsentry.point import TextEvent
+from trainsentry.point import RANK_PREFIX, TextEvent
 
 TELLING_LINES = 5
-_RANK = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
-_INDENTED = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)?\s")
+_INDENTED = re.compile(rf"(?:{RANK_PREFIX.pattern})?\s")
 # lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
 _CONTINUATION = re.compile(
     r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
@@ -53,4 +52,4 @@ def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
 
 
 def _bare(line: str) -> str:
-    return _RANK.sub("", line.strip(), count=1)
+    return RANK_PREFIX.sub("", line.strip(), count=1)

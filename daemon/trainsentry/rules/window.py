@@ -62,6 +62,7 @@ class BucketWindows(Packed):
         "first_position",
         "keys",
         "older_count",
+        "older_reach",
         "older_sum",
         "reach",
         "recent_count",
@@ -71,7 +72,9 @@ class BucketWindows(Packed):
         "width",
     )
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, *, older: bool = True) -> None:
+        """`older=False`: only the recent window is read, and the one before it is not
+        kept (half the buckets: a rise over a window needs no window before it)."""
         self.span = span
         amount = span.amount
         if span.unit == "seconds":
@@ -80,6 +83,7 @@ class BucketWindows(Packed):
         else:  # whole steps or points a bucket; a points window keeps floor(amount) of them
             self.width = bucket_width(amount)
             self.reach = (amount if span.unit == "steps" else math.floor(amount)) / self.width
+        self.older_reach = self.reach if older else 0.0
         self.keys = array("d")
         self.sums = array("d")
         self.counts = array("q")
@@ -123,7 +127,7 @@ class BucketWindows(Packed):
             self.older_sum += sums[split]
             self.older_count += counts[split]
             split += 1
-        first, edge = self._first, edge - self.reach
+        first, edge = self._first, edge - self.older_reach
         while first < split and keys[first] <= edge:
             self.older_sum -= sums[first]
             self.older_count -= counts[first]
@@ -528,7 +532,7 @@ class WindowRiseCondition:
     def __init__(self, spec: Rise) -> None:
         assert spec.window is not None
         self.spec = spec
-        self.windows = BucketWindows(spec.window)
+        self.windows = BucketWindows(spec.window, older=False)
         self.count = 0
         self.level = math.nan
         self.best = math.nan

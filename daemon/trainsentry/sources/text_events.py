@@ -30,10 +30,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainsentry.point import RANK_PREFIX
+
 MAX_EVENT_LINES = 400  # a longer traceback (deep recursion) is cut into events this long
 MAX_LINE_CHARS = 2000  # a longer line is cut: alerts quote lines, they do not archive them
 
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TRACEBACK = "Traceback (most recent call last):"
 _CHAINS = (
@@ -104,7 +105,7 @@ class Grouper:
     blanks: int = 0  # blank lines after an exception line: kept only if a chain follows
 
     def push(self, number: int, line: str, out: list[Grouped]) -> None:
-        bare = _RANK_PREFIX.sub("", line, count=1) if line.startswith("[") else line
+        bare = RANK_PREFIX.sub("", line, count=1) if line.startswith("[") else line
         state = self.state
         if state == IDLE:
             self._idle(number, line, bare, out)

@@ -67,6 +67,26 @@ def test_keep_firing_for_in_points_counts_quiet_verdicts() -> None:
     assert drive(machine, "w.w..") == [(FIRED, 0), (RESOLVED, 40)]
 
 
+def test_for_with_and_points_waits_for_that_many_points_past_the_span() -> None:
+    # points 500 steps apart: one point stands for 500 steps, which is 100, but one point
+    machine = Lifecycle(for_=Span(100, "steps", min_points=2))
+    assert drive(machine, ".w.ww", every=500) == [
+        (BECAME_PENDING, 500),
+        (CANCELLED, 1000),
+        (BECAME_PENDING, 1500),
+        (FIRED, 2000),
+    ]
+    # every step logged: the span is what waits
+    machine = Lifecycle(for_=Span(5, "steps", min_points=2))
+    assert drive(machine, "w" * 7, every=1)[-1] == (FIRED, 5)
+
+
+def test_keep_firing_for_with_and_points_needs_both_quiet() -> None:
+    machine = Lifecycle(keep_firing_for=Span(30, "steps", min_points=5))
+    # 30 steps of quiet come after 3 points, the 5 points after 50 steps
+    assert drive(machine, "w......") == [(FIRED, 0), (RESOLVED, 50)]
+
+
 def test_escalation_to_critical_is_the_same_alert_with_one_event() -> None:
     machine = Lifecycle()
     assert drive(machine, "wwcw.") == [(FIRED, 0), (ESCALATED, 20), (RESOLVED, 40)]

@@ -165,6 +165,33 @@ def test_spans_accept_steps_points_and_times() -> None:
         Span.parse("soon")
 
 
+def test_for_and_keep_firing_for_accept_and_points() -> None:
+    (rule,) = parse_text(
+        "rules: [{name: a, metric: grad_norm, threshold: {below: 1e-5},"
+        " for: 100 steps and 2 points, keep_firing_for: 5m and 3 points}]"
+    ).rules
+    assert rule.for_ == Span(100, "steps", min_points=2)
+    assert rule.keep_firing_for == Span(300, "seconds", min_points=3)
+    assert str(rule.for_) == "100 steps and 2 points"
+    with pytest.raises(ValueError, match="both are points"):
+        Span.parse_hold("10 points and 2 points")
+    with pytest.raises(ValueError, match="optionally with `and N points`"):
+        Span.parse_hold("100 steps and two points")
+
+
+def test_and_points_is_refused_where_it_means_nothing(tmp_path: Path) -> None:
+    window = errors_of(
+        tmp_path,
+        "rules:\n  - name: a\n    metric: loss\n    plateau: {window: 100 steps and 2 points}\n",
+    )
+    assert len(window) == 1 and "expected a span" in window[0], window
+    pattern = errors_of(
+        tmp_path,
+        "rules:\n  - name: a\n    pattern: {regex: boom}\n    keep_firing_for: 10m and 2 points\n",
+    )
+    assert len(pattern) == 1 and "drop `and N points`" in pattern[0], pattern
+
+
 def test_merge_keys_let_rules_share_a_template() -> None:
     parsed = parse_text(
         """
