@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from trainsentry.rules.model import SEVERITY_RANK
 from trainsentry.sinks.alertmanager import RESEND_SECONDS as ALERTMANAGER_RESEND_SECONDS
 from trainsentry.sinks.masking import mask_url
 
 RouteKind = Literal["apprise", "alertmanager", "command"]
-SEVERITY_RANK = {"warning": 1, "critical": 2}
 
 GROUP_WAIT_SECONDS = 30.0
 # Alertmanager's group_interval: a run's alerts that fire after its first page join that

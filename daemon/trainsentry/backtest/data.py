@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from trainsentry.alert import Transition
 from trainsentry.point import Point
 from trainsentry.rules.aliases import Aliases
-from trainsentry.rules.model import RuleSet
+from trainsentry.rules.model import SEVERITY_RANK, RuleSet
 from trainsentry.rules.run_life import RunLife
 
 MAX_POINTS = 2000  # per plotted series
 CANONICAL_FIRST = ("loss", "grad_norm")  # the series a reader looks at first
-_SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 _GREW = re.compile(r"grew ×[^ ]+ in (\d+) steps")
 
 
@@ -68,7 +67,7 @@ class RunData:
         out: dict[str, tuple[str, int]] = {}
         for t in self.firings:
             sev, step = out.get(t.rule, (t.severity, t.step))
-            if _SEVERITY_RANK.get(t.severity, 0) > _SEVERITY_RANK.get(sev, 0):
+            if SEVERITY_RANK.get(t.severity, 0) > SEVERITY_RANK.get(sev, 0):
                 sev = t.severity
             out[t.rule] = (sev, step)
         return out
@@ -211,7 +210,7 @@ def summarize(runs: Sequence[RunData]) -> list[RuleSummary]:
     for run in runs:
         for rule, (sev, step) in run.caught().items():
             best, count, firsts = acc.get(rule, (sev, 0, []))
-            if _SEVERITY_RANK.get(sev, 0) > _SEVERITY_RANK.get(best, 0):
+            if SEVERITY_RANK.get(sev, 0) > SEVERITY_RANK.get(best, 0):
                 best = sev
             firsts.append((run.run, step))
             count += sum(1 for t in run.firings if t.rule == rule and not t.escalated_from)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Severity = Literal["warning", "critical"]
+# which of two severities is the higher: routes filter by it, reports keep the worst
+SEVERITY_RANK: dict[str, int] = {"warning": 1, "critical": 2}
 SpanUnit = Literal["steps", "points", "seconds"]
 
 # Verdict codes returned by conditions on every point; ints, not objects,
