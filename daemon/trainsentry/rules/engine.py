@@ -166,8 +166,11 @@ class Engine:
         ]
         spans: dict[str, set[int]] = {}
         for rule in self.rules:
-            if isinstance(rule.condition, m.Pair):
-                spans.setdefault(rule.condition.other, set()).add(rule.condition.other_smoothing)
+            c = rule.condition
+            if isinstance(c, m.Pair):
+                spans.setdefault(c.other, set()).add(c.other_smoothing)
+            elif isinstance(c, m.NonFinite) and c.other is not None:
+                spans.setdefault(c.other, set())  # its latest value only, no level
         self._other_spans = {name: frozenset(s) for name, s in spans.items()}
         waits = [
             min(c.min_silence, c.max_silence if c.max_silence is not None else math.inf)

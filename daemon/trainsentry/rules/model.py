@@ -136,6 +136,12 @@ class Span:
 class NonFinite:
     """NaN or ±inf: training that produced one has almost never recovered on its own."""
 
+    # ... and, where set, `other` logged at the same step at most `other_at_most`: a
+    # non-finite value that alone may be benign means more beside what the same record
+    # says of the other series (HF logs a wholly NaN interval's loss as 0.0)
+    other: str | None = None
+    other_at_most: float | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class Threshold:

@@ -45,7 +45,14 @@ class Strict(BaseModel):
 
 
 class NonFiniteSpec(Strict):
-    pass
+    other: str | None = None
+    other_at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _paired(self) -> NonFiniteSpec:
+        if (self.other is None) != (self.other_at_most is None):
+            raise ValueError("`other` and `other_at_most` go together")
+        return self
 
 
 class ThresholdSpec(Strict):

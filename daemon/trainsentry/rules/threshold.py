@@ -14,21 +14,36 @@ from trainsentry.rules.model import ACTIVE, CRITICAL, HELD, QUIET, NonFinite, Th
 
 
 class NonFiniteCondition:
-    __slots__ = ("value",)
+    """A NaN/inf value; with `other`, only beside the other series' value of the same step.
+
+    The other series must be logged at this very step, before this one (in the
+    same record): a value from an earlier record says nothing of this step's.
+    """
+
+    __slots__ = ("other", "spec", "value")
 
     def __init__(self, spec: NonFinite) -> None:
+        self.spec = spec
         self.value = 0.0
+        self.other = math.nan
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         self.value = value
-        return QUIET if math.isfinite(value) else ACTIVE
+        if math.isfinite(value):
+            return QUIET
+        spec = self.spec
+        if spec.other is None or spec.other_at_most is None:
+            return ACTIVE
+        other = run.other(spec.other)
+        self.other = other.value if other is not None and other.step == step else math.nan
+        return ACTIVE if self.other <= spec.other_at_most else QUIET
 
     def evidence(self) -> str:
-        return (
-            f"is {self.value}"
-            if not math.isfinite(self.value)
-            else f"is finite ({fmt(self.value)})"
-        )
+        if math.isfinite(self.value):
+            return f"is finite ({fmt(self.value)})"
+        if self.spec.other is None or math.isnan(self.other):
+            return f"is {self.value}"
+        return f"is {self.value} while {self.spec.other} of the same step is {fmt(self.other)}"
 
 
 class ThresholdCondition:

@@ -85,6 +85,12 @@ def fault_grad_inf(run: Series) -> None:
     after(run["train/grad_norm"], lambda d, v: math.inf, onset=6000)
 
 
+def fault_filtered_nan(run: Series) -> None:
+    # HF's logging_nan_inf_filter: a wholly NaN interval's loss is logged as 0.0
+    after(run["train/loss"], lambda d, v: 0.0, onset=6000)
+    after(run["train/grad_norm"], lambda d, v: math.nan, onset=6000)
+
+
 def fault_grad_exponential(run: Series) -> None:
     after(run["train/grad_norm"], lambda d, v: v * 1.08 ** (d / 5))
 
@@ -224,6 +230,7 @@ def fault_stall(run: Series) -> None:
 FAULTS = {
     "loss_non_finite": fault_loss_nan,
     "grad_norm_non_finite": fault_grad_inf,
+    "loss_filtered_non_finite": fault_filtered_nan,
     "grad_norm_exponential_growth": fault_grad_exponential,
     "grad_norm_far_above_baseline": fault_grad_jump,
     "loss_spike": fault_loss_spike,

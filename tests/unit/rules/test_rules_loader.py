@@ -9,7 +9,7 @@ import pytest
 
 from trainsentry.rules.check import check_paths
 from trainsentry.rules.loader import RuleFileError, load_rules, parse_text
-from trainsentry.rules.model import Growth, NoData, Span, Threshold
+from trainsentry.rules.model import Growth, NoData, NonFinite, Span, Threshold
 
 
 def errors_of(tmp_path: Path, text: str) -> list[str]:
@@ -324,3 +324,14 @@ def test_a_directory_without_rule_files_given_as_rules_is_refused(tmp_path: Path
     (tmp_path / "logs" / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(RuleFileError, match=r"no rule files .* they go before --rules"):
         load_rules([str(tmp_path / "logs")])
+
+
+def test_a_non_finite_pairing_needs_both_its_keys(tmp_path: Path) -> None:
+    (err,) = errors_of(
+        tmp_path, "rules:\n  - name: a\n    metric: grad_norm\n    non_finite: {other: loss}\n"
+    )
+    assert err == "rules.yaml:4:17: `other` and `other_at_most` go together", err
+    (rule,) = parse_text(
+        "rules: [{name: a, metric: grad_norm, non_finite: {other: loss, other_at_most: 0}}]"
+    ).rules
+    assert rule.condition == NonFinite(other="loss", other_at_most=0.0)
