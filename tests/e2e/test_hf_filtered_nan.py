@@ -19,6 +19,8 @@ from support.daemon_process import replayed_alerts
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # the Trainer needs it
 torch = pytest.importorskip("torch")
+
+from support.toy_task import separable  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
     EventAccumulator,
 )
@@ -52,9 +54,7 @@ class Poison(transformers.TrainerCallback):  # type: ignore[misc]
 
 
 def train(root: Path, poison_at: int | None) -> Path:
-    torch.manual_seed(0)
-    x = torch.randn(256, 8)
-    y = (x[:, 0] > 0).long()
+    x, y = separable(256)
     data = [{"x": a, "labels": b} for a, b in zip(x, y, strict=True)]
     net = Net()
     args = transformers.TrainingArguments(

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from lightning.pytorch.utilities import grad_norm  # noqa: E402
+from support.toy_task import separable_loader  # noqa: E402
 
 EVERY = 50  # Lightning's default log_every_n_steps, left unset below
 FREEZE_AT = 500
@@ -54,12 +55,7 @@ class FreezeBody(L.Callback):
 
 
 def fit(root: Path, freeze: bool) -> Path:
-    torch.manual_seed(0)
-    x = torch.randn(512, 8)
-    y = (x[:, 0] > 0).long()
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(x, y), batch_size=16, shuffle=True
-    )
+    loader = separable_loader(512)
     trainer = L.Trainer(
         max_steps=STEPS,
         logger=TensorBoardLogger(save_dir=str(root)),

@@ -128,6 +128,9 @@ class _Run:
     # (run step, n, alert): when a `stale` series of this run becomes suspicious; a heap
     stale: list[tuple[float, int, Alert]] = field(default_factory=list)
     stale_pushed: int = 0
+    # (alert, step, its lifecycle's point before): jump pairs of a record whose other
+    # series is written after them (Lightning's LearningRateMonitor: the lr before the loss)
+    awaiting: list[tuple[Alert, int, tuple[int, float]]] = field(default_factory=list)
 
     def other(self, canonical: str) -> OtherSeries | None:
         return self.others.get(canonical)
@@ -309,6 +312,8 @@ class Engine:
             if other is None:
                 other = run.others[canonical] = OtherSeries(spans)
             other.push(step, value)
+            if run.awaiting:
+                self._judge_awaiting(run, canonical, step, out)
         alerts = run.series.get(tag)
         if alerts is None:
             alerts = run.series[tag] = [
@@ -328,19 +333,52 @@ class Engine:
                 verdict is None or (verdict == QUIET and alert.lifecycle.phase == INACTIVE)
             ):
                 continue  # the common case: an idle alert judged quiet (or not judged) stays so
-            event = alert.lifecycle.observe(
-                verdict, step, wall, before if before[0] != NO_STEP else None
-            )
-            if verdict is not None:
-                alert.holding = verdict >= m.ACTIVE or (
-                    verdict == m.HELD and alert.lifecycle.firing
-                )
-            if event is FIRED or event is ESCALATED or event is RESOLVED:
-                self._reconcile(run, alert, step, wall, "recovered", out)
-            elif alert.shown is None and alert.holding and alert.lifecycle.firing:
-                self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
+            condition = alert.condition
+            if verdict == m.HELD and type(condition) is PairCondition and condition.awaits:
+                run.awaiting = [w for w in run.awaiting if w[0] is not alert]  # its latest only
+                run.awaiting.append((alert, step, before))
+            self._settle(run, alert, verdict, step, wall, before, out)
         if binding.stale:
             self._watch_stale(run, alerts)
+
+    def _settle(
+        self,
+        run: _Run,
+        alert: Alert,
+        verdict: int | None,
+        step: int,
+        wall: float,
+        before: tuple[int, float],
+        out: list[Transition],
+    ) -> None:
+        """Move the alert's lifecycle by a verdict on its latest point; tell what changed."""
+        last = before if before[0] != NO_STEP else None
+        event = alert.lifecycle.observe(verdict, step, wall, last)
+        if verdict is not None:
+            alert.holding = verdict >= m.ACTIVE or (verdict == m.HELD and alert.lifecycle.firing)
+        if event is FIRED or event is ESCALATED or event is RESOLVED:
+            self._reconcile(run, alert, step, wall, "recovered", out)
+        elif alert.shown is None and alert.holding and alert.lifecycle.firing:
+            self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
+
+    def _judge_awaiting(self, run: _Run, canonical: str, step: int, out: list[Transition]) -> None:
+        """Judge again the jump pairs of this record that waited for `canonical`'s value.
+
+        A jump pairs two values of one record, but a writer may log the jumping
+        series first: judged on its own point, the pair saw the other's previous
+        record, and paged one logging interval late. A record whose step has
+        passed drops its waiters: the other was not logged with it.
+        """
+        waiting, run.awaiting = run.awaiting, []
+        for alert, at, before in waiting:
+            if at != step or alert.last_step != step:
+                continue
+            condition: PairCondition = alert.condition
+            if condition.spec.other != canonical:
+                run.awaiting.append((alert, at, before))
+                continue
+            verdict = condition.update(step, alert.last_wall, alert.value, run)
+            self._settle(run, alert, verdict, step, alert.last_wall, before, out)
 
     # --- silence of one series while its run goes on ---
 

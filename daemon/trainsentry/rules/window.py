@@ -425,8 +425,8 @@ class PairCondition:
     """
 
     __slots__ = (
-        "best", "best_step", "other", "other_at_best", "other_before", "peak", "peak_before",
-        "spec", "value",
+        "awaits", "best", "best_step", "other", "other_at_best", "other_before", "peak",
+        "peak_before", "spec", "value",
     )  # fmt: skip
 
     def __init__(self, spec: Pair) -> None:
@@ -439,6 +439,9 @@ class PairCondition:
         self.other_at_best = math.nan
         self.peak = math.nan  # the highest value so far
         self.peak_before = math.nan  # ... before the latest
+        # a jump judged before the other's value of the same step was in: the engine
+        # judges it again when that value comes (the lr written before the loss)
+        self.awaits = False
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if not math.isfinite(value):
@@ -484,7 +487,9 @@ class PairCondition:
             ),
         ]
         if all(hit for limit, hit in checks if limit is not None):
+            self.awaits = False
             return ACTIVE
+        self.awaits = jumped and spec.other_jump is not None and series.step < step
         return HELD if jumped else QUIET
 
     def evidence(self) -> str:
