@@ -7,6 +7,8 @@ latter, averaged over the validation loop, at each `val_check_interval`.
 A shape with `grad_norms` adds the docs' recipe for tracking gradients,
 `self.log_dict(grad_norm(self, norm_type=2))` in on_before_optimizer_step:
 `grad_2.0_norm/<param>` for each parameter that has a gradient, and the total.
+A shape with `lr_monitor` adds LearningRateMonitor(logging_interval="step"),
+whose `lr-AdamW` comes before the step's loss in each record.
 Loggers write where a default user's do: <run>/lightning_logs/version_0/.
 Faults come in through a Callback: the optimizer's lr, the batch (labels
 edited in place before training_step sees them), a forward hook for NaN,
@@ -23,6 +25,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import grad_norm
 from torch import nn
@@ -120,7 +123,11 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
     trainer = L.Trainer(
         max_steps=run.steps,
         logger=cls(save_dir=str(run_dir)),
-        callbacks=[Faults(run, monitor)],
+        # the monitor after the faults: it reads the lr they set for this batch
+        callbacks=[
+            Faults(run, monitor),
+            *([LearningRateMonitor("step")] if shape.lr_monitor else []),
+        ],
         val_check_interval=shape.eval_every,
         check_val_every_n_epoch=None,
         accelerator="cpu",
@@ -139,7 +146,7 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
             "loss": [sub, "train_loss"],
             "val_loss": [sub, "val_loss"],
             "grad_norm": [sub, "grad_2.0_norm_total"] if shape.grad_norms else None,
-            "lr": None,
+            "lr": [sub, "lr-AdamW"] if shape.lr_monitor else None,
         },
         "epoch_axis": None,
     }

@@ -31,6 +31,9 @@ class Shape:
     # Lightning: the docs' recipe for watching gradients, `self.log_dict(grad_norm(self, 2))`
     # in on_before_optimizer_step: one series per parameter, written while it has a gradient
     grad_norms: bool = False
+    # Lightning: the docs' LearningRateMonitor(logging_interval="step"), `lr-AdamW`, which
+    # writes the lr at the start of a logging step's batch, before that step's loss
+    lr_monitor: bool = False
 
 
 SHAPES: dict[str, Shape] = {
@@ -41,6 +44,7 @@ SHAPES: dict[str, Shape] = {
     "lightning1_tb": Shape("lightning", 1, 50, 600, 0, logger="tb"),
     "lightning1_csv": Shape("lightning", 1, 50, 600, 0, logger="csv"),
     "lightning50_gradnorm_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", grad_norms=True),
+    "lightning50_lrmon_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", lr_monitor=True),
     "keras_epoch": Shape("keras", 50, 50, 2000, 1, update_freq="epoch", steps_per_epoch=50),
     "keras_batch10": Shape("keras", 10, 50, 1500, 1, update_freq=10, steps_per_epoch=50),
     "tb_tensor": Shape("tb_tensor", 25, 100, 1500, 0),
