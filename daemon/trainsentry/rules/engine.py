@@ -38,6 +38,7 @@ from trainsentry.rules.lifecycle import (
     FIRED,
     FIRING,
     INACTIVE,
+    PENDING,
     RESOLVED,
     Lifecycle,
 )
@@ -337,6 +338,8 @@ class Engine:
             if verdict == m.HELD and type(condition) is PairCondition and condition.awaits:
                 run.awaiting = [w for w in run.awaiting if w[0] is not alert]  # its latest only
                 run.awaiting.append((alert, step, before))
+                if alert.lifecycle.phase == PENDING:
+                    continue  # a wait is no verdict: judged when the other's value comes
             self._settle(run, alert, verdict, step, wall, before, out)
         if binding.stale:
             self._watch_stale(run, alerts)

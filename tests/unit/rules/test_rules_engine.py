@@ -431,3 +431,39 @@ def test_rows_judge_exactly_as_their_points_fed_one_by_one() -> None:
         "run_stalled",
     }
     assert [t.as_dict() for t in got] == [t.as_dict() for t in want]
+
+
+JUMP_PAIR = """
+- name: jump
+  metric: lr
+  severity: critical
+  pair: {other: loss, jump_from_max: 10, other_jump: 3, other_smoothing: 10}
+  for: 2 points
+"""
+
+
+@pytest.mark.parametrize("lr_first", [True, False])
+def test_a_jump_pair_is_judged_with_its_own_records_other_in_either_order(
+    lr_first: bool,
+) -> None:
+    # Lightning's LearningRateMonitor writes the lr before the step's loss; HF the loss
+    # first. Either way the pair holds on the 2nd and 3rd jumped records (steps 50, 60):
+    # its `for` counts them, the wait for the loss of step 50 cancels nothing.
+    lr = points("1e-4x4 1 1 1", tag="lr", every=10)
+    loss = points("1x4 40 400 4000", tag="loss", every=10)
+    first, second = (lr, loss) if lr_first else (loss, lr)
+    rows = sorted([*first, *second], key=lambda p: p.step)  # stable: `first` leads each step
+    got = Engine(ruleset(JUMP_PAIR)).feed_all(rows)
+    assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 60)]
+
+
+def test_a_pending_jump_pair_waiting_for_its_records_other_is_not_cancelled() -> None:
+    # lr first in each record. Step 50 pairs the jumped lr with the loss of step 40 (×40:
+    # pending, 1 point). At 60 the loss of 50 is back at 1: the pair waits for the loss
+    # of 60 (×5 its level), which holds it: 2 points, firing at 60. Were the wait taken
+    # as a quiet verdict, the pending alert would start over and fire at 70.
+    lr = points("1e-4x4 1 1 1", tag="lr", every=10)
+    loss = points("1x3 40 1 40 4000", tag="loss", every=10)
+    rows = sorted([*lr, *loss], key=lambda p: p.step)
+    got = Engine(ruleset(JUMP_PAIR)).feed_all(rows)
+    assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 60)]
