@@ -200,6 +200,7 @@ class Engine:
             gone = [a for a in run.alerts if a.rule not in keep]
             self._end(run, gone, run.last_step, run.last_wall, "rule changed", out)
             run.alerts = [a for a in run.alerts if a.rule in keep]
+            run.awaiting = [w for w in run.awaiting if w[0].rule in keep]
             run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
         for run in self._runs.values():
             run.stale.clear()  # deadlines of the old alerts; the new ones push theirs

@@ -467,3 +467,14 @@ def test_a_pending_jump_pair_waiting_for_its_records_other_is_not_cancelled() ->
     rows = sorted([*lr, *loss], key=lambda p: p.step)
     got = Engine(ruleset(JUMP_PAIR)).feed_all(rows)
     assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 60)]
+
+
+def test_a_reload_between_a_records_lr_and_its_loss_drops_the_removed_pairs_wait() -> None:
+    engine = Engine(ruleset(JUMP_PAIR.replace("  for: 2 points\n", "")))
+    lr = points("1e-4x4 1", tag="lr", every=10)
+    loss = points("1x4", tag="loss", every=10)
+    assert engine.feed_all(sorted([*lr, *loss], key=lambda p: p.step)) == []  # lr 50 waits
+    # another rule still pairs with the loss, so the loss's points look for waiters
+    kept = "- {name: gap, metric: val_loss, pair: {other: loss, ratio_above: 100}}"
+    assert engine.reload(ruleset(kept)) == []
+    assert engine.feed_all(points("40", tag="loss", start=50)) == []  # nothing of `jump`
