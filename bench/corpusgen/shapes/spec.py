@@ -39,14 +39,17 @@ class Shape:
 SHAPES: dict[str, Shape] = {
     "hf500": Shape("hf", 500, 500, 7000, 1),
     "hf10": Shape("hf", 10, 100, 1500, 1),
+    "hf50": Shape("hf", 50, 250, 3000, 1),
     "lightning50_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb"),
     "lightning50_csv": Shape("lightning", 50, 250, 2500, 0, logger="csv"),
     "lightning1_tb": Shape("lightning", 1, 50, 600, 0, logger="tb"),
+    "lightning10_tb": Shape("lightning", 10, 100, 1500, 0, logger="tb"),
     "lightning1_csv": Shape("lightning", 1, 50, 600, 0, logger="csv"),
     "lightning50_gradnorm_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", grad_norms=True),
     "lightning50_lrmon_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", lr_monitor=True),
     "keras_epoch": Shape("keras", 50, 50, 2000, 1, update_freq="epoch", steps_per_epoch=50),
     "keras_batch10": Shape("keras", 10, 50, 1500, 1, update_freq=10, steps_per_epoch=50),
+    "keras_batch": Shape("keras", 1, 50, 600, 1, update_freq="batch", steps_per_epoch=50),
     "tb_tensor": Shape("tb_tensor", 25, 100, 1500, 0),
     "tbx_tutorial_every": Shape("tbx", 1, 50, 600, 0),
 }

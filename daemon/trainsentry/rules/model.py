@@ -171,6 +171,9 @@ class Rise:
     # a level that has fallen back this fraction of the way from its peak towards its best
     # is recovering (a transient that passes), not diverging; 0 disables the test
     recovery: float = 0.0
+    # a firing rise resolves only once the level is under this × its best (hysteresis);
+    # None: under `factor`
+    resolve_factor: float | None = None
     # the level is the mean over this span instead of an EWMA over points (window.py)
     window: Span | None = None
 

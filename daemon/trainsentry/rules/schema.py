@@ -92,16 +92,19 @@ class RiseSpec(Strict):
     min_delta: float = Field(0.0, ge=0)
     skip: int = Field(0, ge=0)
     recovery: float = Field(0.0, ge=0, lt=1)
+    resolve_factor: float | None = Field(None, gt=1)
     window: SpanField | None = None
 
     @model_validator(mode="after")
     def _one_level(self) -> RiseSpec:
         given = self.model_fields_set
-        if self.window is not None and given & {"smoothing", "recovery", "skip"}:
+        if self.window is not None and given & {"smoothing", "recovery", "skip", "resolve_factor"}:
             raise ValueError(
-                "a rise's level is a `window` mean or an EWMA (`smoothing`, `recovery`, `skip`),"
-                " not both"
+                "a rise's level is a `window` mean or an EWMA (`smoothing`, `recovery`, `skip`,"
+                " `resolve_factor`), not both"
             )
+        if self.resolve_factor is not None and self.resolve_factor > self.factor:
+            raise ValueError("`resolve_factor` is at most `factor`: the level a firing rise leaves")
         return self
 
 

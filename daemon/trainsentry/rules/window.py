@@ -244,7 +244,9 @@ class RiseCondition:
     a run has recovered is judged against where it was before the fault, its
     best, not against the excursion's peak: a loss that diverged to 100× its
     best and came down to 50× is still lost, and resolves only once its level
-    is back under `factor` × its best. Divergence keeps setting new peaks, or
+    is back under `factor` × its best (or `resolve_factor` ×, lower: a level that
+    settled near the line dips under it and back, and that is one divergence,
+    not a resolve and a re-fire each dip). Divergence keeps setting new peaks, or
     holds a high plateau, and stays active; the `for` then only has to
     outlast a burst.
     """
@@ -293,7 +295,11 @@ class RiseCondition:
             self.peak = math.nan
             return QUIET
         rise = self.ewma - self.best
-        if not (rise > (self.spec.factor - 1.0) * abs(self.best) and rise > self.spec.min_delta):
+        spec = self.spec
+        if not (rise > (spec.factor - 1.0) * abs(self.best) and rise > spec.min_delta):
+            band = spec.resolve_factor
+            if band is not None and rise > (band - 1.0) * abs(self.best) and rise > spec.min_delta:
+                return HELD  # under the line, not back: a firing rise stays firing
             self.peak = math.nan
             return QUIET
         if math.isnan(self.peak) or self.ewma > self.peak:

@@ -335,3 +335,17 @@ def test_a_non_finite_pairing_needs_both_its_keys(tmp_path: Path) -> None:
         "rules: [{name: a, metric: grad_norm, non_finite: {other: loss, other_at_most: 0}}]"
     ).rules
     assert rule.condition == NonFinite(other="loss", other_at_most=0.0)
+
+
+def test_a_rise_resolve_factor_is_an_ewma_rises_and_under_its_factor(tmp_path: Path) -> None:
+    (over,) = errors_of(
+        tmp_path,
+        "rules:\n  - name: a\n    metric: loss\n    rise: {factor: 3, resolve_factor: 4}\n",
+    )
+    assert "`resolve_factor` is at most `factor`" in over, over
+    (window,) = errors_of(
+        tmp_path,
+        "rules:\n  - name: a\n    metric: loss\n"
+        "    rise: {factor: 3, resolve_factor: 2, window: 100 steps}\n",
+    )
+    assert "not both" in window, window
