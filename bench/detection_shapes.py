@@ -17,7 +17,8 @@ Measures, per shape, against the issue's targets:
 - pages per incident: a run's firing transitions grouped into one page until
   every alert of that trainsentry run, and of the runs of its job (the
   notifier's `same_job`: Keras' CSV run and its TensorBoard run below it),
-  has resolved; a fault's incident is
+  has resolved (an alert the resolving point itself fires joins, as the
+  notifier's held "recovered" resolve has it); a fault's incident is
   the pages that start at or after onset, and before its end for a fault that
   ends (a slowdown) (target: 1);
 - flaps: a firing of a rule on a series after a "recovered" resolve of the
@@ -159,6 +160,7 @@ def engine(rule_paths: list[str] | None) -> Callable[[ShapeRun], Replay]:
         out = Replay()
         active: dict[str, set[tuple[str, str]]] = {}
         recovered: set[tuple[str, str, str]] = set()
+        recovered_at: dict[str, int] = {}  # run → the step of its latest "recovered" resolve
         for t in transitions:
             key = (t.rule, t.metric)
             live = active.setdefault(t.run, set())
@@ -169,7 +171,11 @@ def engine(rule_paths: list[str] | None) -> Callable[[ShapeRun], Replay]:
                 if (t.run, *key) in recovered and t.escalated_from is None:
                     out.flaps.append(str(firing))
                     recovered.discard((t.run, *key))
-                if not any(alerts for r, alerts in active.items() if same_job(r, t.run)):
+                job_open = any(alerts for r, alerts in active.items() if same_job(r, t.run))
+                # fired by the point that recovered the job's last alert: the notifier's
+                # held resolve makes it the same incident (an update, not a page)
+                joins = any(same_job(r, t.run) for r, at in recovered_at.items() if at == t.step)
+                if not job_open and not joins:
                     out.pages.append(Page(firing))
                 out.pages[-1].firings.append(firing)
                 live.add(key)
@@ -181,6 +187,7 @@ def engine(rule_paths: list[str] | None) -> Callable[[ShapeRun], Replay]:
                 out.last_resolve = f"{t.rule}[{t.metric}] resolved ({t.reason}) @{step}"
             if t.reason == "recovered":
                 recovered.add((t.run, *key))
+                recovered_at[t.run] = t.step
         return out
 
     return detect

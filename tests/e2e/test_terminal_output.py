@@ -101,6 +101,26 @@ def test_alerts_off_a_terminal_are_the_plain_timeline_lines(tmp_path: Path) -> N
     ]
 
 
+def test_an_alert_fired_by_the_point_that_recovers_another_joins_its_incident() -> None:
+    """As the notifier has it: a loss under the critical's line and over the warning's
+    is the incident going on; once every alert of it resolved, a firing starts anew."""
+    out = io.StringIO()
+    printer = AlertPrinter(since=0, out=out)
+    shift = dict(rule="loss_level_shift", message="loss jumped")
+    printer([transition("firing", "critical", step=1650, **shift)])
+    recovered = transition("resolved", "critical", step=2850, reason="recovered", **shift)
+    raised = dict(rule="loss_level_raised", message="loss is up")
+    printer([recovered, transition("firing", "warning", step=2850, **raised)])
+    printer([transition("resolved", "warning", step=3000, reason="recovered", **raised)])
+    printer([transition("firing", "critical", step=4000, rule="loss_divergence", message="up")])
+    lines = out.getvalue().splitlines()
+    joined = [x for x in lines if "joins the incident" in x]
+    assert len(joined) == 1 and "loss_level_raised" in joined[0]
+    assert "joins the incident opened by loss_level_shift at step 1650" in joined[0]
+    (anew,) = [x for x in lines if "loss_divergence" in x]
+    assert "joins" not in anew
+
+
 def test_no_color_keeps_the_layout_and_drops_the_colour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     out = TtyBuffer()

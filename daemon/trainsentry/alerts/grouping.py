@@ -23,7 +23,10 @@ incident: they leave together at most every `group_interval`, as an update,
 not as pages of their own; warnings after any told alert of the run do the
 same. A resolve for "recovered" is held the route's group interval before it
 is told: if the alert fires again meanwhile it was one alert all along (flap
-damping), and neither the resolve nor the re-fire is sent; a resolve for any
+damping), and neither the resolve nor the re-fire is sent; another alert of the
+run that fires meanwhile joins the incident the held resolve belongs to (the
+run is not back: its loss fell under the critical's line and not under the
+warning's). A resolve for any
 other reason (run finished, deleted) is told at once, and so is any resolve
 to a route without a group interval (Alertmanager, which groups by itself;
 such a route is told the re-fire too).
@@ -149,9 +152,12 @@ class FiringBook:
         return min(told, key=lambda e: min(e.receivers.values()), default=None)
 
     def _incident(self, run: str, key: AlertKey) -> Iterator[Firing]:
-        """The alerts firing on `run`'s job (still firing: no held resolve), but `key`."""
+        """The alerts of `run`'s job's open incident, but `key`: those firing and those whose
+        "recovered" resolve is held. An alert that fires as another of its run recovers (a
+        loss that fell back under the critical's line but stayed above the warning's) is
+        the same incident going on, told as its update, not a new one."""
         for k, e in self._firing.items():
-            if k != key and same_job(k[0], run) and e.resolving is None:
+            if k != key and same_job(k[0], run):
                 yield e
 
     def due_resolves(self, now: float) -> list[Any]:

@@ -56,6 +56,7 @@ class AlertPrinter:
         if not shown:
             return
         notes = [self._incident(t) for t in shown]
+        self._close_recovered(shown)
         with signals_deferred():
             if self._rich is not None:
                 console.print_alerts(self._rich, shown, notes)
@@ -72,9 +73,8 @@ class AlertPrinter:
         it as an update, not a page of its own)."""
         run = self._open.setdefault(t.run, {})
         if t.state == "resolved":
-            run.pop(t.key, None)
-            if not run:
-                del self._open[t.run]
+            if t.reason != "recovered":
+                self._close(t)
             return ""
         others = [
             v
@@ -88,6 +88,23 @@ class AlertPrinter:
             return ""
         rule, step = others[0]
         return f"joins the incident opened by {rule} at step {step}"
+
+    def _close_recovered(self, shown: list[Transition]) -> None:
+        """A "recovered" resolve closes its part of the incident after the rest of its
+        batch: an alert the same point fires (the loss under the critical's line, still
+        over the warning's) joins the incident, as the notifier's held resolve has it."""
+        last = {t.key: t for t in shown}  # a re-fire later in the batch keeps it open
+        for t in last.values():
+            if t.state == "resolved" and t.reason == "recovered":
+                self._close(t)
+
+    def _close(self, t: Transition) -> None:
+        run = self._open.get(t.run)
+        if run is None:
+            return
+        run.pop(t.key, None)
+        if not run:
+            del self._open[t.run]
 
     def close(self) -> None:
         if self._log is not None:

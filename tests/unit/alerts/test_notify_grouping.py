@@ -175,6 +175,38 @@ def test_one_page_per_run_per_incident_later_criticals_join_it(tmp_path: Path) -
     assert len(h.sink().messages) == 3
 
 
+def test_an_alert_that_fires_as_another_of_its_run_recovers_joins_that_incident(
+    tmp_path: Path,
+) -> None:
+    """A loss back under the critical's line but still above the warning's: one point
+    resolves the critical "recovered" and fires the warning. The person was paged for
+    that run and it has not recovered: an update, not a new notification."""
+    h = Harness(tmp_path)
+    h.notifier.submit([transition(severity="critical", rule="loss_level_shift", step=1650)])
+    h.deliver()
+    h.advance(3600)
+    h.notifier.submit(
+        [
+            transition("resolved", "critical", rule="loss_level_shift", step=2850,
+                       reason="recovered"),
+            transition(severity="warning", rule="loss_level_raised", step=2850),
+        ]
+    )  # fmt: skip
+    h.advance(GROUP_INTERVAL_SECONDS)
+    first, update = h.sink().messages  # the warning and the held resolve leave together
+    assert first.severity == "critical"
+    assert update.title.startswith("[WARNING] exp1/seed0: update to the incident of")
+    assert "- joins the incident opened by loss_level_shift at step 1650" in update.body
+    assert [(a.alert.rule, a.alert.state) for a in update.alerts] == [
+        ("loss_level_raised", "firing"), ("loss_level_shift", "resolved"),
+    ]  # fmt: skip
+    h.notifier.submit([transition("resolved", "warning", rule="loss_level_raised", step=3000)])
+    h.advance(GROUP_INTERVAL_SECONDS)
+    h.notifier.submit([transition(severity="critical", rule="loss_divergence", step=4000)])
+    h.deliver()
+    assert "update" not in h.sink().messages[-1].title  # all told resolved: a new page
+
+
 def test_a_job_logged_twice_is_one_incident_its_siblings_are_not(tmp_path: Path) -> None:
     """Keras with both callbacks: CSVLogger's run is the job's directory, TensorBoard's
     its `logs/` below; one NaN trips loss_non_finite in both."""
