@@ -486,9 +486,36 @@ def print_section(corpus: Path, rule_paths: list[str] | None, details: bool = Tr
             print(f"    {title}:")
             for entry in names:
                 print(f"      {entry}")
+    _print_resumed(runs, detectors[main])
     if details:
         _print_runs(runs, results[main])
     return len(runs)
+
+
+def resumed(run: ShapeRun) -> ShapeRun:
+    """A healthy run's second half as a run of its own: what a run resumed from a
+    checkpoint into a new log directory (Lightning's version_1, HF's new runs/<date>)
+    shows the daemon, whose first points are then a trained model's noisy losses."""
+    half = max((st for st, _ in run.series("loss")), default=0) // 2
+    points = [p for p in run.points if run.train_step(p.run, p.tag, p.step) >= half]
+    return ShapeRun(run.name, run.label, points)
+
+
+def _print_resumed(runs: list[ShapeRun], detect: Callable[[ShapeRun], Replay]) -> None:
+    """The healthy runs again, resumed half-way: the references a rule learns from a
+    run's first points (its start, its first baseline) are then a trained model's."""
+    s = ShapeScore()
+    for run in runs:
+        if run.label["healthy"]:
+            _score_healthy(s, resumed(run), detect(resumed(run)))
+    per = s.warnings / s.healthy if s.healthy else math.nan
+    print(
+        "\n== default pack on the healthy runs resumed half-way (their second half as a new"
+        f"\n   run): {len(s.healthy_critical)}/{s.healthy} with a critical (target 0),"
+        f" {per:.2f} warnings per run (≤ 0.5)"
+    )
+    for entry in s.healthy_critical + s.warned:
+        print(f"    {entry}")
 
 
 def _print_runs(runs: list[ShapeRun], results: dict[str, Replay]) -> None:
