@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.daemon_process import DaemonProcess
-from support.notify_endpoints import HttpReceiver
+from support.notify_endpoints import HttpReceiver, Request
 
 
 def _daemon(tmp_path: Path, receiver: HttpReceiver) -> DaemonProcess:
@@ -50,6 +50,51 @@ def test_a_runs_later_criticals_join_its_page_and_the_terminal_says_so(tmp_path:
     assert page["title"].startswith("[CRITICAL] exp: loss_non_finite")
     assert "2 alerts" in update["title"] and "grad_norm_non_finite" in update["title"]
     assert len(receiver.requests) == 2  # the two later ones came as one update, not two pages
+
+
+def test_a_warning_the_recovering_point_fires_is_the_incidents_update(tmp_path: Path) -> None:
+    """Logged every 50 steps: a loss ×10 for good pages loss_level_shift; back at ×2.5
+    its old level, the point that resolves the critical "recovered" fires
+    loss_level_raised (its 1000-step mean still ×3 the lowest). The run has not come
+    back, and the person paged for it hears that as the incident's update, with the
+    resolve, not as a notification of a new incident."""
+    run = tmp_path / "logs" / "exp"
+    run.mkdir(parents=True)
+    log = run / "metrics.jsonl"
+    losses = [2.0, 1.5, 1.0, 0.5, 0.3, 0.2] + [0.1] * 31
+    log.write_text("".join(f'{{"step": {50 * i}, "loss": {v}}}\n' for i, v in enumerate(losses)))
+    receiver = HttpReceiver()
+    daemon = DaemonProcess(
+        str(tmp_path / "logs"), "--state-dir", str(tmp_path / "state"), "--http", "off",
+        "--history", "all", "--notify", f"json://{receiver.url}/hook",
+        "--group-interval", "3s", "--group-wait", "1s", merge_stderr=True,
+    )  # fmt: skip
+    try:
+        with log.open("a") as f:  # ×10 for 4 points: the page on the third (150 steps)
+            f.writelines(f'{{"step": {50 * i}, "loss": 1.0}}\n' for i in range(37, 41))
+        assert receiver.wait_for(lambda reqs: len(reqs) >= 1, timeout=60)
+        with log.open("a") as f:
+            f.writelines(f'{{"step": {50 * i}, "loss": 0.25}}\n' for i in range(41, 67))
+        daemon.wait_for_text("joins the incident opened by loss_level_shift at step 1950")
+        # the held resolve leaves a group interval on, with the update or after it
+        told = "loss_level_shift resolved (recovered)"
+        assert receiver.wait_for(lambda reqs: any(told in _text(r) for r in reqs), timeout=60)
+    finally:
+        daemon.stop()
+        receiver.close()
+    page, *later = (r.json() for r in receiver.requests)
+    assert page["title"].startswith("[CRITICAL] exp: loss_level_shift")
+    update = "update to the incident of loss_level_shift at step 1950 of exp"
+    for message in later:  # no notification of its own: an update, or the held resolve
+        assert update in message["title"] or message["title"].startswith(
+            "[RESOLVED] exp: loss_level_shift"
+        ), message["title"]
+    assert any(update in m["title"] and "loss_level_raised" in m["message"] for m in later)
+
+
+def _text(request: Request) -> str:
+    body = request.json()
+    return f"{body['title']}\n{body['message']}"
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # keras/numpy 2 noise
