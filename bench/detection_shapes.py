@@ -507,7 +507,8 @@ def _print_resumed(runs: list[ShapeRun], detect: Callable[[ShapeRun], Replay]) -
     s = ShapeScore()
     for run in runs:
         if run.label["healthy"]:
-            _score_healthy(s, resumed(run), detect(resumed(run)))
+            later = resumed(run)
+            _score_healthy(s, later, detect(later))
     per = s.warnings / s.healthy if s.healthy else math.nan
     print(
         "\n== default pack on the healthy runs resumed half-way (their second half as a new"

@@ -71,11 +71,11 @@ class AlertPrinter:
         """What a firing adds to its run's incident, as the receivers get it: a firing
         while others of the run fire joins the incident they opened (the notifier sends
         it as an update, not a page of its own)."""
-        run = self._open.setdefault(t.run, {})
         if t.state == "resolved":
             if t.reason != "recovered":
                 self._close(t)
             return ""
+        run = self._open.setdefault(t.run, {})
         others = [
             v
             for r, alerts in self._open.items()
