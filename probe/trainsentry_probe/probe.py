@@ -26,11 +26,12 @@ Where each statistic is taken, and why there:
 
 In a distributed job every rank writes a file of its own (records.file_name).
 Rank 0 records every tier; the other ranks record the per-step timing and
-their loss only, and hook nothing else, unless `all_ranks=True` (then every
-rank records everything). A sharded model is the exception to "hook nothing
-else": its norms need every rank's shards, so every rank takes them (and
-runs the one all-reduce, sharded.py) whatever it writes; which ranks issue
-a collective never depends on what they write.
+their loss only, unless `all_ranks=True` (then every rank records
+everything): they keep the step hooks above, watch backward only to see a
+GradScaler's skipped steps, and take no statistics. A sharded model is the
+exception: its norms need every rank's shards, so every rank takes them (and
+runs the one all-reduce, sharded.py) and only the writing differs. Which
+ranks issue a collective never depends on what they write.
 
 A step's row stays open for late values until the next step's forward
 begins, so `probe.record(loss=loss)` may come before or after

@@ -20,6 +20,7 @@ from support.probe_loops import Net, batches, read, read_file
 from torch import nn
 
 import trainsentry_probe
+from trainsentry_probe.clock import elapsed
 
 TIMING = {"step", "time", "probe/step_time", "probe/data_wait", "probe/forward_time", "probe/loss"}
 
@@ -146,6 +147,25 @@ def test_with_all_ranks_a_rank_above_0_records_everything_unprefixed(
         assert {"probe/grad_norm", "probe/grad_norm/fc1", "probe/lr", "probe/val_loss"} <= r.keys()
         assert {"probe/forward_time", "probe/dead_fraction/act"} <= r.keys()
         assert all(k.startswith("probe/") for k in r if k not in ("step", "time"))
+
+
+class FakeEvent:
+    def __init__(self, done: bool, ms: float = 0.0, broken: bool = False) -> None:
+        self.done, self.ms, self.broken = done, ms, broken
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        if self.broken:
+            raise RuntimeError("cudaErrorNotReady")
+        return end.ms - self.ms
+
+
+def test_cuda_events_are_read_only_once_complete_and_never_waited_for() -> None:
+    assert elapsed((FakeEvent(True, 1.0), FakeEvent(True, 26.0))) == pytest.approx(0.025)
+    assert elapsed((FakeEvent(True), FakeEvent(False))) is None  # the value is left out
+    assert elapsed((FakeEvent(False, broken=True), FakeEvent(True))) is None
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
