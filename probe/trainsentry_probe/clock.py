@@ -12,11 +12,13 @@ own work there) to the start of its forward hook; later forwards of the step
 On the CPU the two ends are `time.perf_counter()` readings. On CUDA the host
 only queues kernels, and its clock would time their launches, not the
 compute: the ends are a pair of timing events recorded on the device's
-current stream, and the time between them is read on the writer thread once
-the step's batch has reached the host (transfer.py), when the events are
-complete (the batch's copy, or its marker event, was queued after them on the
-same stream). The training loop never waits for them; an event not complete
-by then (a forward on another stream) leaves the value out rather than wait.
+current stream. The time between them is the device's through the forward's
+kernels, gaps where it waited for the host's launches included, so a forward
+bound by either shows. It is read on the writer thread once the step's batch
+has reached the host (transfer.py), when the events are complete (the
+batch's copy, or its marker event, was queued after them on the same
+stream). The training loop never waits for them; an event not complete by
+then (a forward on another stream) leaves the value out rather than wait.
 """
 
 from __future__ import annotations
