@@ -111,6 +111,7 @@ class Probe:
         # takes them, and the ones that record timing only leave them out of their file.
         sharded = distributed and is_sharded(inner)
         statistics = self.full or sharded
+        self._statistics = statistics
         self.failed: BaseException | None = None
         self.closed = False
         stop_path = stop_file_path(self.logdir, options.control_dir, options.stop_file)
@@ -314,7 +315,9 @@ class Probe:
         """
         if self.closed or self.failed is not None:
             return
-        if not self.full:
+        # a rank that records timing only drops what it would not write; a sharded
+        # model's ranks keep it all, as a DTensor's reductions are collectives
+        if not self._statistics:
             per_sample_loss, scalars = None, {}
         self._record(step, loss, per_sample_loss, scalars)
 
