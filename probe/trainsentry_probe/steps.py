@@ -11,8 +11,8 @@ step begins, then it is sealed and queued for the one batched transfer.
 Which tier runs at a step is decided here from the step number alone, so a
 step that records nothing launches nothing on the device. A rank that records
 only timing and loss (`statistics=False`: ranks > 0 of a distributed job
-without `all_ranks`) takes no gradient, weight or activation statistics at
-all; its steps hold the timing, `forward_time` (clock.py) and the loss.
+without `all_ranks`, a sharded model's excepted) takes no gradient, weight or
+activation statistics at all; its steps hold the timing, `forward_time` (clock.py) and the loss.
 """
 
 from __future__ import annotations
