@@ -77,6 +77,11 @@ def watch(model: nn.Module, optimizer: Any, logdir: str | Path, **options: Any) 
     all_ranks=False, run_id, seed, hparams, start_step=0. `optimizer` may be
     None for loops without a torch optimizer: `probe.record(step, ...)` then
     marks each step's end.
+
+    A single process writes `<logdir>/trainsentry-probe.jsonl`; in a
+    distributed job every rank calls `watch` and writes
+    `trainsentry-probe.rank<R>.jsonl`: rank 0 everything, the others their
+    step timing and loss only (everything with `all_ranks=True`).
     """
     from trainsentry_probe.probe import Probe
 

@@ -65,7 +65,7 @@ def _tensorboard_dir(args: TrainingArguments, callbacks: list[Any]) -> str | Non
 def _rank0s(logdir: str) -> str:
     """Rank 0's directory on every rank: the TensorBoard callback resolves it on
     rank 0 only, and a dated name made on another rank can differ (by a second,
-    or by the host name on another node), so `all_ranks=True` files and the
+    or by the host name on another node), so the other ranks' files and the
     stop file looked for would be another run's."""
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:

@@ -19,7 +19,8 @@ from typing import Any
 class ProbeOptions:
     """Options of `watch()`; every field can be passed as a keyword to it."""
 
-    # tier 1: loss, lr, total gradient norm, step time, data wait, non-finite count
+    # tier 1: loss, lr, total gradient norm, step time, data wait, forward time,
+    # non-finite count
     every: int = 1
     # tier 2: per-layer gradient/parameter norms, update ratios, concentration, GPU memory
     layer_every: int = 100
@@ -43,7 +44,8 @@ class ProbeOptions:
     control_dir: str | None = None
     stop_every: int = 50
     raise_on_stop: bool = False
-    # distributed: by default only rank 0 records
+    # distributed: every rank writes a file of its own; by default ranks > 0 record
+    # only their per-step timing and loss, all_ranks=True makes them record everything
     all_ranks: bool = False
     # identity and the run's trace, written in the meta record
     run_id: str | None = None

@@ -4,9 +4,11 @@ Where each statistic is taken, and why there:
 
 - the root module's forward pre-hook opens a step: the time since the last
   optimizer step ended is data wait (the loop was fetching the batch), and a
-  sampled step arms the activation hooks before any child module runs;
-- its forward hook captures the loss when the model returns one (HF models,
-  many Lightning modules) and disarms the activation hooks;
+  sampled step arms the activation hooks before any child module runs; the
+  step's first forward is timed from the end of this hook (clock.py);
+- its forward hook ends that timing, captures the loss when the model
+  returns one (HF models, many Lightning modules) and disarms the activation
+  hooks;
 - gradient norms are taken when backward ends (a hook on the model's output
   queues a callback on the autograd engine; in a distributed job it queues
   itself once more, so it runs after DDP's own end-of-backward callback has
@@ -21,6 +23,15 @@ Where each statistic is taken, and why there:
   only);
 - the optimizer's step post-hook closes the step: update ratios, parameter
   norms, step time, learning rate.
+
+In a distributed job every rank writes a file of its own (records.file_name).
+Rank 0 records every tier; the other ranks record the per-step timing and
+their loss only, unless `all_ranks=True` (then every rank records
+everything): they keep the step hooks above, watch backward only to see a
+GradScaler's skipped steps, and take no statistics. A sharded model is the
+exception: its norms need every rank's shards, so every rank takes them (and
+runs the one all-reduce, sharded.py) and only the writing differs. Which
+ranks issue a collective never depends on what they write.
 
 A step's row stays open for late values until the next step's forward
 begins, so `probe.record(loss=loss)` may come before or after
@@ -62,7 +73,7 @@ from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.losses import as_value, loss_of, spread
 from trainsentry_probe.meta import end_record, meta_record, new_run_id, rank_and_world_size
 from trainsentry_probe.options import ProbeOptions, due
-from trainsentry_probe.records import RecordRenderer
+from trainsentry_probe.records import RecordRenderer, file_name
 from trainsentry_probe.sharded import ShardSum, is_sharded
 from trainsentry_probe.steps import Steps
 from trainsentry_probe.stopfile import (
@@ -73,7 +84,7 @@ from trainsentry_probe.stopfile import (
     stop_file_path,
 )
 from trainsentry_probe.transfer import Transfer
-from trainsentry_probe.writer import NullWriter, RecordWriter
+from trainsentry_probe.writer import RecordWriter
 
 log = logging.getLogger("trainsentry_probe")
 
@@ -94,31 +105,28 @@ class Probe:
         dist = torch.distributed
         distributed = dist.is_available() and dist.is_initialized()
         inner = unwrap_model(model)  # names and inner hooks; the step hooks sit on `model`
+        # every tier on rank 0 (or every rank with all_ranks); timing and loss elsewhere
+        self.full = options.all_ranks or self.rank == 0 or self.world_size < 2
         # A sharded model's norms need every rank's shards (sharded.py): every rank
-        # takes them, the ones that do not record write nothing.
+        # takes them, and the ones that record timing only leave them out of their file.
         sharded = distributed and is_sharded(inner)
-        self.writes = options.all_ranks or self.rank == 0
-        self.recording = self.writes or sharded  # takes statistics on this rank
+        statistics = self.full or sharded
+        self._statistics = statistics
         self.failed: BaseException | None = None
         self.closed = False
         stop_path = stop_file_path(self.logdir, options.control_dir, options.stop_file)
         self._stop = StopWatch(stop_path, options.stop_every, started=time.time())
         self._handles: list[RemovableHandle] = []
-        self.path = self.logdir / f"trainsentry-probe.rank{self.rank}.jsonl"
-        self._start_step = options.start_step
-        if not self.recording:
-            return
+        self.path = self.logdir / file_name(self.rank, self.world_size)
         self.model = model
         self.optimizer = unwrap_optimizer(optimizer)
         first = next(inner.parameters(), None)
         self.device = first.device if first is not None else torch.device("cpu")
         self.layers = LayerMap(inner)
         self.layers.sharded = sharded
-        self.sampler = (
-            ActivationSampler(inner) if options.activations and options.sample_every else None
-        )
+        sampling = statistics and options.activations and options.sample_every
+        self.sampler = ActivationSampler(inner) if sampling else None
         every = options.transfer_every or 20
-        self._prefix = "probe" if self.rank == 0 else f"rank{self.rank}/probe"
         meta = functools.partial(
             meta_record,
             run_id=options.run_id or new_run_id(),
@@ -131,11 +139,8 @@ class Probe:
             options=options.as_dict(),
             layers=list(self.layers.names),
         )
-        self._writer: RecordWriter | NullWriter = (
-            RecordWriter(self.path, meta, RecordRenderer(self.layers, self._prefix).render)
-            if self.writes
-            else NullWriter()
-        )
+        renderer = RecordRenderer(self.layers, timing_only=not self.full)
+        self._writer = RecordWriter(self.path, meta, renderer.render)
         self.amp = ScalerWatch(options.grad_scaler)
         # DDP writes the averaged gradients in an end-of-backward callback of its own
         self._backward_end = self._requeue if distributed else self._on_backward_end
@@ -147,8 +152,12 @@ class Probe:
             Transfer(self.device, every, options.transfer_seconds),
             self._writer,
             self.device,
+            statistics=statistics,
         )
-        self.layers.learn_order(inner)
+        # backward's end is watched for gradients, and for the GradScaler's skips
+        self._watch_backward = statistics or self.amp.active
+        if statistics:
+            self.layers.learn_order(inner)
         self._handles += [
             model.register_forward_pre_hook(eager(self._on_forward_pre), with_kwargs=True),
             model.register_forward_hook(eager(self._on_forward), with_kwargs=True),
@@ -162,7 +171,8 @@ class Probe:
         self._shards_handle: RemovableHandle | None = None
         if sharded:
             self._sum_shards_on_every_rank()
-        self._nvml = NvmlSampler.start_for(self.device, options.gpu_sample_seconds, self._emit_gpu)
+        gpu_seconds = options.gpu_sample_seconds if self.full else 0.0
+        self._nvml = NvmlSampler.start_for(self.device, gpu_seconds, self._emit_gpu)
         atexit.register(self._close_at_exit)
 
     def _sum_shards_on_every_rank(self) -> None:
@@ -191,7 +201,7 @@ class Probe:
     @property
     def step(self) -> int:
         """The number the current (or next) step gets."""
-        return self.steps.step if self.recording else self._start_step
+        return self.steps.step
 
     # --- hooks ---------------------------------------------------------------
 
@@ -201,10 +211,12 @@ class Probe:
     ) -> None:
         if not module.training or not torch.is_grad_enabled():
             return
-        self.steps.close_skipped(self.optimizer)
-        if not self.steps.in_step:
-            self.steps.begin(time.perf_counter())
-        self.steps.forward_seen(batch_size(args, kwargs))
+        steps = self.steps
+        steps.close_skipped(self.optimizer)
+        if not steps.in_step:
+            steps.begin(time.perf_counter())
+        steps.forward_seen(batch_size(args, kwargs))
+        steps.forward_starts()  # last: the probe's own work above is not the forward's
 
     @guarded
     def _on_forward(
@@ -213,6 +225,7 @@ class Probe:
         if not module.training or not torch.is_grad_enabled():
             return
         row = self.steps.current()
+        self.steps.forward_ends(row)
         self.amp.mark()
         if self.sampler is not None and self.sampler.armed:
             for name, value in self.sampler.disarm():
@@ -220,7 +233,7 @@ class Probe:
         loss = loss_of(output)
         if loss is not None and due(row.step, self.options.every):
             row.add_loss(loss, explicit=False)
-        watched = first_grad_tensor(output)
+        watched = first_grad_tensor(output) if self._watch_backward else None
         if watched is not None:
             watched.register_hook(self._on_backward_start)
 
@@ -264,7 +277,7 @@ class Probe:
     def _emit_gpu(self, values: dict[str, float]) -> None:
         """From the NVML thread: a record of its own, at the latest step."""
         record: dict[str, Any] = {"step": max(self.step - 1, 0), "time": time.time()}
-        record.update({f"{self._prefix}/{k}": v for k, v in values.items()})
+        record.update({f"probe/{k}": v for k, v in values.items()})
         self._writer.put(record)
 
     def _fail(self, exc: BaseException) -> None:
@@ -276,10 +289,9 @@ class Probe:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        if self.recording:
-            if self.sampler is not None:
-                self.sampler.disarm()
-            self.layers.order_learned()
+        if self.sampler is not None:
+            self.sampler.disarm()
+        self.layers.order_learned()
 
     # --- public --------------------------------------------------------------
 
@@ -298,10 +310,15 @@ class Probe:
         on sampled steps only) and any other scalars (written as `probe/<name>`,
         e.g. `val_loss`). `step` renumbers the step (and the ones after it).
         Without an optimizer the call *is* the step boundary: call it after
-        backward and before zero_grad, so gradients can be measured.
+        backward and before zero_grad, so gradients can be measured. A rank that
+        records timing only keeps the loss and the step number of these.
         """
-        if not self.recording or self.closed or self.failed is not None:
+        if self.closed or self.failed is not None:
             return
+        # a rank that records timing only drops what it would not write; a sharded
+        # model's ranks keep it all, as a DTensor's reductions are collectives
+        if not self._statistics:
+            per_sample_loss, scalars = None, {}
         self._record(step, loss, per_sample_loss, scalars)
 
     @guarded
@@ -340,7 +357,7 @@ class Probe:
         """Marks the start of a step (data wait ends here), for trainers whose
         training step does not call the watched module itself (Lightning's
         training_step calling a submodule); forward hooks do this otherwise."""
-        if self.recording and not self.closed and self.failed is None:
+        if not self.closed and self.failed is None:
             self._begin_now()
 
     @guarded
@@ -353,18 +370,18 @@ class Probe:
         """Takes gradient statistics when the backward of `loss` ends (before any
         clipping), for trainers whose loss does not come out of the watched
         module's forward (Lightning's training_step)."""
-        if self.recording and not self.closed and self.failed is None and loss.requires_grad:
+        watch = self._watch_backward and not self.closed and self.failed is None
+        if watch and loss.requires_grad:
             loss.register_hook(self._on_backward_start)
 
     def sample_next(self) -> None:
         """Takes activation (and per-sample loss) statistics on the next step too,
         whatever the cadence: for per-epoch sampling."""
-        if self.recording:
-            self.steps.sample_requested = True
+        self.steps.sample_requested = True
 
     def flush(self) -> None:
         """Sends every sealed step to the writer (the open one stays open)."""
-        if self.recording and not self.closed:
+        if not self.closed:
             self.steps.flush()
 
     def should_stop(self, raise_error: bool | None = None) -> bool:
@@ -402,8 +419,6 @@ class Probe:
             return
         self.closed = True
         atexit.unregister(self._close_at_exit)
-        if not self.recording:
-            return
         self._remove_hooks()
         if self._shards_handle is not None:
             self._shards_handle.remove()

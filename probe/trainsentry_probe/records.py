@@ -3,9 +3,9 @@
 This is the only contract between the probe and the daemon (FORMAT.md has the
 full description). Values are flat keys under `probe/`, which the daemon's
 JSONL source reads as series of the same names and its alias table maps onto
-canonical names (`probe/grad_norm/fc1` → `grad_norm/fc1`). Rank R > 0, when
-all ranks record, writes `rank<R>/probe/...` so its series never mix with rank
-0's in the same run.
+canonical names (`probe/grad_norm/fc1` → `grad_norm/fc1`). Each rank of a
+distributed job writes a file of its own (`file_name`), which the daemon
+makes a run of its own, so the keys are the same on every rank.
 
 Ratios (update ratio, concentration, loss spread) are formed here on the host
 after the transfer: a zero denominator then means "no value" rather than an
@@ -18,13 +18,15 @@ import math
 import statistics
 from typing import Any
 
+from trainsentry_probe.clock import elapsed
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.losses import spread_fields
 from trainsentry_probe.sharded import on_host
 from trainsentry_probe.transfer import Row
 
 RECORD_FORMAT = "trainsentry-probe"
-RECORD_FORMAT_VERSION = 1
+RECORD_FORMAT_VERSION = 2
+PREFIX = "probe"
 
 # host values copied as they are: name in the row → key under the prefix
 _HOST_KEYS = (
@@ -32,11 +34,24 @@ _HOST_KEYS = (
     "lr",
     "step_time",
     "data_wait",
+    "forward_time",
     "samples_per_second",
     "gpu_mem",
     "gpu_mem_reserved",
     "gpu_mem_peak",
 )
+
+
+# what a rank that records timing and loss only writes (ranks > 0 without all_ranks)
+TIMING_KEYS = ("step_time", "data_wait", "forward_time", "loss")
+
+
+def file_name(rank: int, world_size: int) -> str:
+    """The probe's file in its log directory: the run's own in a single process, one
+    per rank (named by its global rank) in a distributed job."""
+    if world_size > 1:
+        return f"trainsentry-probe.rank{rank}.jsonl"
+    return "trainsentry-probe.jsonl"
 
 
 def concentration(layer_norms: list[float]) -> float | None:
@@ -51,19 +66,27 @@ def concentration(layer_norms: list[float]) -> float | None:
 class RecordRenderer:
     """Turns rows into records; runs on the writer thread."""
 
-    def __init__(self, layers: LayerMap, prefix: str) -> None:
+    def __init__(self, layers: LayerMap, *, timing_only: bool = False) -> None:
         self.layers = layers
-        self.prefix = prefix
+        self.prefix = PREFIX
+        self.timing_only = timing_only  # TIMING_KEYS alone, whatever the row holds
         self.skipped_steps = 0  # counted here: a fused optimizer's flag arrives as a value
 
     def render(self, row: Row, values: dict[str, list[float]]) -> dict[str, Any]:
         p = self.prefix
+        host = row.host
+        events = host.get("forward_events")
+        if events is not None:  # CUDA: read now, after the batch's event (clock.py)
+            seconds = elapsed(events)
+            host = {**host, "forward_time": seconds} if seconds is not None else host
+        if self.timing_only:
+            return self._timing(row, host, values)
         if self.layers.sharded:
             values = on_host(row, values)
         record: dict[str, Any] = {"step": row.step, "time": row.time}
         for key in _HOST_KEYS:
-            if key in row.host:
-                record[f"{p}/{key}"] = row.host[key]
+            if key in host:
+                record[f"{p}/{key}"] = host[key]
         if "loss" in values:
             record[f"{p}/loss"] = values["loss"][0]
         if "lr" in values:
@@ -106,6 +129,18 @@ class RecordRenderer:
         for name, got in values.items():
             if name.startswith(("act:", "x:")):
                 record[f"{p}/{name.split(':', 1)[1]}"] = got[0]
+        return record
+
+    def _timing(
+        self, row: Row, host: dict[str, Any], values: dict[str, list[float]]
+    ) -> dict[str, Any]:
+        p = self.prefix
+        record: dict[str, Any] = {"step": row.step, "time": row.time}
+        for key in TIMING_KEYS:
+            if key in host:
+                record[f"{p}/{key}"] = host[key]
+        if "loss" in values:
+            record[f"{p}/loss"] = values["loss"][0]
         return record
 
     def _update_ratios(self, record: dict[str, Any], indices: list[int], both: list[float]) -> None:

@@ -9,7 +9,10 @@ values (`probe.record(loss=...)` after `optimizer.step()`) until the next
 step begins, then it is sealed and queued for the one batched transfer.
 
 Which tier runs at a step is decided here from the step number alone, so a
-step that records nothing launches nothing on the device.
+step that records nothing launches nothing on the device. A rank that records
+only timing and loss (`statistics=False`: ranks > 0 of a distributed job
+without `all_ranks`, a sharded model's excepted) takes no gradient, weight or
+activation statistics at all; its steps hold the timing, `forward_time` (clock.py) and the loss.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import torch
 from trainsentry_probe import gradients
 from trainsentry_probe.activations import ActivationSampler
 from trainsentry_probe.amp import ScalerWatch, found_inf
+from trainsentry_probe.clock import ForwardClock
 from trainsentry_probe.gpu import cuda_memory
 from trainsentry_probe.layers import LayerMap
 from trainsentry_probe.options import ProbeOptions, due
 from trainsentry_probe.transfer import Row, Transfer
-from trainsentry_probe.writer import NullWriter, RecordWriter
+from trainsentry_probe.writer import RecordWriter
 
 
 class Steps:
@@ -39,8 +43,10 @@ class Steps:
         sampler: ActivationSampler | None,
         amp: ScalerWatch,
         transfer: Transfer,
-        writer: RecordWriter | NullWriter,
+        writer: RecordWriter,
         device: torch.device,
+        *,
+        statistics: bool = True,
     ) -> None:
         self.options = options
         self.layers = layers
@@ -49,6 +55,8 @@ class Steps:
         self.transfer = transfer
         self.writer = writer
         self.device = device
+        self.statistics = statistics  # gradient, weight, activation statistics; else timing
+        self.clock = ForwardClock(device)
         self.step = options.start_step  # the number the current (or next) step gets
         self.open: Row | None = None  # the step in progress
         self.last: Row | None = None  # the step just ended, open for late values
@@ -77,10 +85,14 @@ class Steps:
     def begin(self, now: float | None) -> None:
         self.seal_last()
         row = Row(step=self.step)
-        if now is not None and self._t_end is not None and due(row.step, self.options.every):
+        timed = due(row.step, self.options.every)
+        if now is not None and self._t_end is not None and timed:
             row.host["data_wait"] = now - self._t_end
+        self.clock.arm(timed)
         self._t_begin = now
         self.open, self.in_step = row, True
+        if not self.statistics:
+            return
         if due(row.step, self.options.sample_every) or self.sample_requested:
             self.sample_requested = False
             row.host["sampled"] = True
@@ -97,10 +109,16 @@ class Steps:
             row.host["skipped"] = True
             self.end(row, lr_of(optimizer))
 
+    def forward_starts(self) -> None:
+        self.clock.start()
+
+    def forward_ends(self, row: Row) -> None:
+        self.clock.stop(row.host)
+
     def take_gradients(self, row: Row, optimizer: Any) -> None:
         self.grads_taken = True
         layer_step = due(row.step, self.options.layer_every)
-        if not (due(row.step, self.options.every) or layer_step):
+        if not self.statistics or not (due(row.step, self.options.every) or layer_step):
             return
         if self._order_pending:
             self._order_pending = False
@@ -118,11 +136,12 @@ class Steps:
         row.host["layer_step"] = layer_step
 
     def before_optimizer_step(self, row: Row) -> None:
-        if due(row.step, self.options.layer_every) and self.options.update_ratio:
+        options = self.options
+        if self.statistics and due(row.step, options.layer_every) and options.update_ratio:
             self._snapshot = gradients.snapshot(self.layers, self.options.update_sample)
 
     def after_optimizer_step(self, row: Row, optimizer: Any) -> None:
-        flag = found_inf(optimizer)
+        flag = found_inf(optimizer) if self.statistics else None
         if flag is not None and due(row.step, self.options.every):
             row.put("found_inf", flag)
         self.end(row, lr_of(optimizer))
@@ -130,11 +149,13 @@ class Steps:
     def end(self, row: Row, lr: Any) -> None:
         """Closes a step: weight statistics, timing; the row stays open for late values."""
         options = self.options
+        if not self.statistics:
+            lr = None
         if self._snapshot is not None:
             row.put("update", gradients.update_norms(self.layers, self._snapshot, self.device))
             row.host["update_indices"] = self._snapshot.indices
             self._snapshot = None
-        if due(row.step, options.layer_every):
+        if self.statistics and due(row.step, options.layer_every):
             row.put("param_norms", gradients.param_norms(self.layers, self.device))
             row.host.update(cuda_memory(self.device))
         if self.sampler is not None and row.host.get("sampled"):

@@ -5,8 +5,10 @@ until the device has finished all queued work: the loop loses its lead over
 the GPU. So a step's statistics stay on the device as a `Row`; every
 `transfer_every` steps (or `transfer_seconds`, whichever first) the rows'
 tensors are concatenated (one kernel) and copied at once. On CUDA the copy is
-asynchronous into pinned memory and followed by an event: the writer thread
-waits on the event, the training loop never does.
+asynchronous into pinned memory and followed by an event on the device's
+current stream: the writer thread waits on the event, the training loop never
+does. Once it has completed, so has everything queued before it on that
+stream, the steps' `forward_time` events among them (clock.py).
 
 The trade-off is latency: with transfer_every=20 at 0.5 s/step the daemon sees
 a step up to ~10 s late (bounded by transfer_seconds), against one copy per
@@ -139,12 +141,19 @@ class Transfer:
             chunks.extend(c.to(self.device) for c in row.chunks)
             row.chunks = []
         if not chunks:
-            return Batch(rows, None)
+            # rows that carry forward_time's CUDA events and no device value: the writer
+            # waits on a marker queued after them instead of a copy's (clock.py)
+            timed = self.device.type == "cuda" and any("forward_events" in r.host for r in rows)
+            return Batch(rows, None, self._marker() if timed else None)
         flat = torch.cat(chunks)
         if flat.is_cuda:
             host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
             host.copy_(flat, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            return Batch(rows, host, event)
+            return Batch(rows, host, self._marker())
         return Batch(rows, flat.cpu())
+
+    def _marker(self) -> Any:
+        """An event on the device's current stream, complete once all queued before it is."""
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event

@@ -31,19 +31,6 @@ def dumps(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"), default=str)
 
 
-class NullWriter:
-    """A rank that takes statistics for the others (a sharded model's) but does not record."""
-
-    written = 0
-    errors = 0
-
-    def put(self, item: Batch | dict[str, Any]) -> None:
-        pass
-
-    def close(self, timeout: float = 30.0) -> None:
-        pass
-
-
 class RecordWriter:
     """Writes a meta record, then the records of each batch put on its queue."""
 

@@ -69,7 +69,7 @@ def test_the_daemon_reads_every_probe_value_and_skips_the_meta_record(tmp_path: 
     logdir = tmp_path / "exp" / "seed0"
     run(logdir, 4, layer_every=2, sample_every=2)
     points = list(iter_points([logdir]))
-    lines = (logdir / "trainsentry-probe.rank0.jsonl").read_text().splitlines()
+    lines = (logdir / "trainsentry-probe.jsonl").read_text().splitlines()
     written = {
         (r["step"], k): v
         for r in map(json.loads, lines[1:])

@@ -1,10 +1,12 @@
 """The probe in a real two-process torch.distributed job (gloo, on the CPU,
-rendezvous on 127.0.0.1): which ranks record, what they say about themselves,
-and that DDP's gradients are measured after the all-reduce."""
+rendezvous on 127.0.0.1): what each rank writes, what they say about themselves,
+that DDP's gradients are measured after the all-reduce, and that each rank's
+own time (data wait, forward) shows which rank the others wait for."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +15,36 @@ from support.probe_loops import read_file
 from support.ranks import run_ranks
 
 WORKER = """
-import json, sys
+import json, sys, time
 import torch, torch.distributed as dist, torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 import trainsentry_probe
 
-logdir, all_ranks = sys.argv[1], sys.argv[2] == "all"
+logdir, mode = sys.argv[1], sys.argv[2]
+all_ranks, slow = mode == "all", mode == "slow"
 dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 rank = dist.get_rank()
+FORWARD_SLEEP, DATA_SLEEP = (0.05, 0.2) if slow and rank == 1 else (0.0, 0.0)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        time.sleep(FORWARD_SLEEP)  # rank 1 of the "slow" job: a slow forward
+        return self.layers(x)
+
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+model = Net()
 ddp = DistributedDataParallel(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
 probe = trainsentry_probe.watch(ddp, opt, logdir, all_ranks=all_ranks, layer_every=1)
 g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
 norms = []
-for step in range(4):
+for step in range(8 if slow else 4):
+    time.sleep(DATA_SLEEP)  # rank 1 of the "slow" job: a slow data loader
     x, y = torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g)
     loss = F.cross_entropy(ddp(x), y)
     loss.backward()
@@ -65,20 +80,71 @@ def seen(logdir: Path, rank: int) -> dict[str, Any]:
     return data
 
 
-def test_by_default_only_rank_0_records(tmp_path: Path) -> None:
-    logdir = run_job(tmp_path, "rank0")
-    assert sorted(p.name for p in logdir.glob("trainsentry-probe.*")) == [
-        "trainsentry-probe.rank0.jsonl"
+TIMING = {"step", "time", "probe/step_time", "probe/data_wait", "probe/forward_time", "probe/loss"}
+
+
+def ended_cleanly(path: Path) -> bool:
+    last = json.loads(path.read_text().splitlines()[-1])
+    return bool(last["kind"] == "end" and last["exit"] == "clean")
+
+
+def test_by_default_rank_0_records_everything_and_rank_1_its_timing_and_loss(
+    tmp_path: Path,
+) -> None:
+    logdir = run_job(tmp_path, "default")
+    assert sorted(p.name for p in logdir.glob("trainsentry-probe*")) == [
+        "trainsentry-probe.rank0.jsonl",
+        "trainsentry-probe.rank1.jsonl",
     ]
     meta, records = read_file(logdir / "trainsentry-probe.rank0.jsonl")
     assert (meta["rank"], meta["world_size"]) == (0, 2)
-    assert meta["layers"] == ["0", "2"]  # DDP's `module.` is not part of the names
+    assert meta["layers"] == ["layers.0", "layers.2"]  # DDP's `module.` is left out
     assert [r["probe/grad_norm"] for r in records] == pytest.approx(
         seen(logdir, 0)["norms"], rel=1e-5
     )
+    assert all("probe/grad_norm/layers.2" in r and "probe/lr" in r for r in records)
+    meta1, rank1 = read_file(logdir / "trainsentry-probe.rank1.jsonl")
+    assert (meta1["rank"], meta1["world_size"]) == (1, 2) and meta1["pid"] != meta["pid"]
+    assert [r["step"] for r in rank1] == [0, 1, 2, 3]
+    assert all(r.keys() <= TIMING for r in rank1)  # no rank<R>/ prefix, no norms
+    assert all({"probe/step_time", "probe/forward_time", "probe/loss"} <= r.keys() for r in rank1)
+    assert all("probe/data_wait" in r for r in rank1[1:])  # from the second step on
+    assert rank1[0]["probe/loss"] != records[0]["probe/loss"]  # rank 1's own batches
+    assert ended_cleanly(logdir / "trainsentry-probe.rank0.jsonl")
+    assert ended_cleanly(logdir / "trainsentry-probe.rank1.jsonl")
 
 
-def test_with_all_ranks_each_rank_writes_its_own_file_and_ddp_norms_agree(
+@pytest.fixture(scope="module")
+def slow_rank_1(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
+    """A job whose rank 1 sleeps 50 ms in every forward and 200 ms loading every batch."""
+    logdir = run_job(tmp_path_factory.mktemp("slow"), "slow")
+    return {r: read_file(logdir / f"trainsentry-probe.rank{r}.jsonl")[1] for r in (0, 1)}
+
+
+def median(records: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[f"probe/{key}"] for r in records if f"probe/{key}" in r)
+
+
+def test_a_rank_with_a_slow_forward_shows_it_in_its_forward_time(
+    slow_rank_1: dict[int, list[dict[str, Any]]],
+) -> None:
+    """DDP's all-reduce in backward makes rank 0 wait for rank 1: rank 0's step time
+    grows too, but its own forward does not."""
+    fast, slow = median(slow_rank_1[0], "forward_time"), median(slow_rank_1[1], "forward_time")
+    assert slow - fast >= 0.8 * 0.05
+    assert slow < 0.8 * 0.2  # the loader's sleep is not the forward's
+    assert median(slow_rank_1[0], "step_time") >= 0.8 * 0.25  # rank 0 waited
+
+
+def test_a_rank_with_a_slow_data_loader_shows_it_in_its_data_wait(
+    slow_rank_1: dict[int, list[dict[str, Any]]],
+) -> None:
+    fast, slow = median(slow_rank_1[0], "data_wait"), median(slow_rank_1[1], "data_wait")
+    assert slow - fast >= 0.8 * 0.2
+    assert fast < 0.8 * 0.2
+
+
+def test_with_all_ranks_every_rank_records_everything_and_ddp_norms_agree(
     tmp_path: Path,
 ) -> None:
     logdir = run_job(tmp_path, "all")
@@ -87,18 +153,19 @@ def test_with_all_ranks_each_rank_writes_its_own_file_and_ddp_norms_agree(
     assert [(m["rank"], m["world_size"]) for m in (meta0, meta1)] == [(0, 2), (1, 2)]
     assert meta0["pid"] != meta1["pid"]
     assert {k for k in rank1[0] if "/" in k} and all(
-        k.startswith("rank1/probe/") for k in rank1[0] if "/" in k
+        k.startswith("probe/") for r in rank1 for k in r if "/" in k
     )
+    assert all("probe/grad_norm/layers.0" in r and "probe/lr" in r for r in rank1)
     # each rank's own batches, so the losses differ ...
-    assert rank0[0]["probe/loss"] != rank1[0]["rank1/probe/loss"]
+    assert rank0[0]["probe/loss"] != rank1[0]["probe/loss"]
     # ... but the norms are of DDP's averaged gradients: taken after its all-reduce
     norms0 = [r["probe/grad_norm"] for r in rank0]
-    norms1 = [r["rank1/probe/grad_norm"] for r in rank1]
+    norms1 = [r["probe/grad_norm"] for r in rank1]
     assert norms0 == pytest.approx(norms1, rel=1e-6)
     assert norms0 == pytest.approx(seen(logdir, 0)["norms"], rel=1e-5)
     assert norms1 == pytest.approx(seen(logdir, 1)["norms"], rel=1e-5)
-    layer0 = [r["probe/grad_norm/2"] for r in rank0]
-    assert layer0 == pytest.approx([r["rank1/probe/grad_norm/2"] for r in rank1], rel=1e-6)
+    layer0 = [r["probe/grad_norm/layers.2"] for r in rank0]
+    assert layer0 == pytest.approx([r["probe/grad_norm/layers.2"] for r in rank1], rel=1e-6)
 
 
 FSDP_WORKER = """
@@ -158,7 +225,13 @@ def test_a_sharded_model_s_norms_are_the_whole_model_s_on_rank_0(tmp_path: Path)
     """FSDP2: each rank holds a shard of every weight and gradient; the probe's norms
     are those of the whole model (clip_grad_norm_'s), not rank 0's shards'."""
     logdir = run_job(tmp_path, "plain", FSDP_WORKER)
-    assert [p.name for p in logdir.glob("trainsentry-probe.*")] == ["trainsentry-probe.rank0.jsonl"]
+    assert sorted(p.name for p in logdir.glob("trainsentry-probe*")) == [
+        "trainsentry-probe.rank0.jsonl",
+        "trainsentry-probe.rank1.jsonl",
+    ]
+    _, rank1 = read_file(logdir / "trainsentry-probe.rank1.jsonl")
+    assert [r["step"] for r in rank1] == list(range(6))  # it took its shards' norms ...
+    assert all(r.keys() <= TIMING and "probe/loss" in r for r in rank1)  # ... and wrote none
     meta, records = read_file(logdir / "trainsentry-probe.rank0.jsonl")
     assert (meta["rank"], meta["world_size"]) == (0, 2)
     truth = seen(logdir, 0)

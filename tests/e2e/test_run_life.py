@@ -126,7 +126,7 @@ def test_a_sigkilled_job_is_paged_as_a_crash_and_a_clean_exit_is_finished_with_n
     assert crash is not None and crash["severity"] == "critical"
     cause = f"process {killed.pid} on host {host} exited without an end record"
     assert crash["message"].startswith(cause)
-    assert crash["log"]["path"] == str(logs / "killed" / "trainsentry-probe.rank0.jsonl")
+    assert crash["log"]["path"] == str(logs / "killed" / "trainsentry-probe.jsonl")
     nan = find(out, run="killed", rule="loss_non_finite", state="resolved")
     assert nan is not None and nan["reason"] == f"run crashed: {cause}"
     finished = find(out, run="clean", rule="loss_non_finite", state="resolved")

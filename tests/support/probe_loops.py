@@ -33,8 +33,8 @@ def batches(n: int, seed: int = 0, size: int = 32) -> list[tuple[torch.Tensor, t
 
 
 def read(logdir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Rank 0's probe file in `logdir`, as `read_file` reads it."""
-    return read_file(logdir / "trainsentry-probe.rank0.jsonl")
+    """A single process's probe file in `logdir`, as `read_file` reads it."""
+    return read_file(logdir / "trainsentry-probe.jsonl")
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

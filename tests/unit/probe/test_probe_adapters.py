@@ -171,7 +171,7 @@ def test_the_hf_callback_records_a_trainer_run(tmp_path: Path) -> None:
     assert all(r["probe/loss"] > 0 and r["probe/grad_norm"] > 0 for r in got)
     assert any(k.startswith("probe/grad_norm/transformer.h.0") for k in got[1])
     assert "probe/embed_norm_spread/transformer.wte" in got[1]
-    meta = json.loads((tmp_path / "trainsentry-probe.rank0.jsonl").read_text().splitlines()[0])
+    meta = json.loads((tmp_path / "trainsentry-probe.jsonl").read_text().splitlines()[0])
     assert meta["seed"] == 3 and meta["hparams"]["gradient_accumulation_steps"] == 2
-    end = json.loads((tmp_path / "trainsentry-probe.rank0.jsonl").read_text().splitlines()[-1])
+    end = json.loads((tmp_path / "trainsentry-probe.jsonl").read_text().splitlines()[-1])
     assert (end["kind"], end["exit"], end["step"]) == ("end", "clean", 4)  # at train end

@@ -15,7 +15,7 @@ import torch
 
 import trainsentry_probe
 
-PROBE_FILE = "trainsentry-probe.rank0.jsonl"
+PROBE_FILE = "trainsentry-probe.jsonl"
 
 
 def lines_of(logdir: Path) -> list[dict[str, Any]]:

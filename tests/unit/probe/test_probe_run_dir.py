@@ -24,7 +24,7 @@ discover = pytest.importorskip("trainsentry.sources.discover")
 stop_file = pytest.importorskip("trainsentry.actions.stop_file")
 alert = pytest.importorskip("trainsentry.alert")
 
-PROBE_FILE = "trainsentry-probe.rank0.jsonl"
+PROBE_FILE = "trainsentry-probe.jsonl"
 
 
 def runs_under(root: Path) -> dict[str, set[str]]:
@@ -167,7 +167,7 @@ args = transformers.TrainingArguments(
 transformers.Trainer(
     model=transformers.GPT2LMHeadModel(config), args=args,
     train_dataset=[{"input_ids": t, "labels": t} for t in tokens],
-    callbacks=[TrainsentryCallback(all_ranks=True)],
+    callbacks=[TrainsentryCallback()],
 ).train()
 # gloo's threads outlive an exit that skips this, and may abort the process on the way out
 if torch.distributed.is_initialized():
