@@ -18,24 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from trainsentry.jobs import member_of
+
 Severity = Literal["warning", "critical"]
 State = Literal["firing", "resolved"]
 AlertKey = tuple[str, str, str]  # (run, rule, metric): one alert across escalation and resolve
-
-
-def same_job(run: str, other: str) -> bool:
-    """Whether two runs are one job's, so their alerts make one incident.
-
-    Run ids are directory paths, and a job that writes with two loggers puts
-    one log inside the other's directory: Keras' CSVLogger in the job's
-    directory beside the TensorBoard callback's `logs/`, a Slurm output above
-    the job's MLflow store. A run and the runs below it are one job; siblings
-    (`sweep/a`, `sweep/b`) are not.
-    """
-    if run == other:
-        return True
-    inner, outer = (run, other) if len(run) > len(other) else (other, run)
-    return inner.startswith(outer) and inner[len(outer)] == "/"
 
 
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
@@ -100,6 +87,7 @@ class Transition:
             "family": self.family,
             "labels": dict(self.labels),
         }
+        out.update(member_of(self.run).keys())  # job, and rank and attempt where known
         for key in ("reason", "escalated_from", "runbook"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)

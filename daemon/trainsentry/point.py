@@ -18,10 +18,11 @@ Python-level `__new__`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from trainsentry.jobs import member_of
 
 _new = tuple.__new__
 
@@ -41,14 +42,19 @@ class Point(NamedTuple):
     value: float
 
     def as_dict(self) -> dict[str, object]:
-        """The point line of DESIGN.md (`dump --format jsonl`)."""
-        return {
+        """The point line of DESIGN.md (`dump --format jsonl`), with the run's job, rank
+        and attempt where it is a rank or an attempt of one (jobs/identity.py)."""
+        out: dict[str, object] = {
             "run": self.run,
             "tag": self.tag,
             "step": self.step,
             "wall_time": self.wall_time,
             "value": self.value,
         }
+        member = member_of(self.run)
+        if member.job != self.run:
+            out.update(member.keys())
+        return out
 
 
 class Row(NamedTuple):
@@ -64,12 +70,6 @@ class Row(NamedTuple):
     wall_time: float
     tags: tuple[str, ...]
     values: tuple[float, ...]
-
-
-# torchrun's `--tee` / `--log-line-prefix-template` default marks every line of a
-# worker `[rank0]:` (`[default0]:` under the elastic agent): grouping a text log
-# into events and quoting one look past it.
-RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ PACKAGE = REPO / "daemon" / "trainsentry"
 
 # Lowest first. A module may import from its own room and from rooms of a lower level.
 LEVELS: list[set[str]] = [
-    {"__init__", "alert", "point", "stop_signals"},  # the shared types
+    {"__init__", "alert", "point", "stop_signals", "jobs"},  # the shared types
     {"sources", "store", "state", "watching"},  # reading, and what it keeps
     {"rules"},  # judging
     {"sinks", "actions"},  # the services alerts go to

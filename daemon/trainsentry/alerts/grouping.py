@@ -16,7 +16,8 @@ and is saved with the engine's state (snapshot.py), so after a restart what
 was firing is still repeated, re-sent to Alertmanager, and resolved.
 
 A page means "act now", so a person gets one per run per incident (a run and
-the runs in its sub-directories are one job's: `alert.same_job`). Once a
+the runs in its sub-directories are one job's, and so are the ranks and attempts
+of one job: `jobs.same_job`). Once a
 run's first critical has been told to a receiver, its later criticals (the
 epoch loss after the step loss, every layer's norm after the total) join that
 incident: they leave together at most every `group_interval`, as an update,
@@ -42,8 +43,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition, same_job
+from trainsentry.alert import AlertKey, Notice, NoticeKind, Transition
 from trainsentry.alerts.route import Route
+from trainsentry.jobs import same_job
 
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 300.0  # an endpoint down for a day is retried every ~5 minutes

@@ -11,6 +11,7 @@ command line feeds them as they come (order="input"). Points from elsewhere
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from typing import Literal, TextIO
 
@@ -65,6 +66,7 @@ def replay_transitions(
     for run, point in last.items():
         out.extend(texts.saw(run, point.step, point.wall_time))
     out.extend(texts.feed(events))
+    out.extend(texts.tick(math.inf))  # the ranks' held timeouts: all are in (rules/hang.py)
     out.extend(texts.marked(marks))
     for end in ends:
         texts.reported(end.run, end.state, end.cause, end.wall)

@@ -49,6 +49,7 @@ ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], str]] = {
     "TRAINSENTRY_SNAPSHOT_INTERVAL": (("snapshot_interval",), "text"),
     "TRAINSENTRY_SHARD": (("shard",), "text"),
     "TRAINSENTRY_LINK_TEMPLATE": (("link_template",), "text"),
+    "TRAINSENTRY_NODE": (("node",), "text"),
     "TRAINSENTRY_HTTP": (("http", "address"), "text"),
     "TRAINSENTRY_HTTP_TOKEN": (("http", "token"), "secret"),
 }
@@ -303,6 +304,7 @@ def load_config(path: str | Path | None, *, environ: Mapping[str, str] | None = 
         snapshot_interval=spec.snapshot_interval,
         shard=spec.shard,
         link_template=spec.link_template,
+        node=spec.node or Config.node_default(),
         http=_http(spec, reader, data),
         routes=_routes(spec, reader),
         group_wait=spec.notify.group_wait,

@@ -327,6 +327,9 @@ class ConfigSpec(Strict):
     snapshot_interval: Seconds = Field(default=60.0, gt=0)
     shard: ShardField = ALL
     link_template: str | None = None
+    # the node this daemon runs beside, as /metrics labels the ranks it follows (a fleet's
+    # Prometheus tells nodes apart by it); None: the host name
+    node: str | None = Field(default=None, min_length=1, max_length=253, pattern=r"^[^\s]+$")
     http: Annotated[HttpSpec, BeforeValidator(_http_shorthand)] = Field(default_factory=HttpSpec)
     notify: Annotated[NotifySpec, BeforeValidator(_empty_mapping)] = Field(
         default_factory=NotifySpec

@@ -19,6 +19,7 @@ alertable "part of the tree is deaf" signal.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -138,6 +139,7 @@ class DaemonCollector(Collector):
         yield lag
         yield last_step
         yield life
+        yield from _ranks(snap)
 
         yield GaugeMetricFamily(
             "trainsentry_heartbeat_age_seconds",
@@ -172,6 +174,59 @@ class DaemonCollector(Collector):
                 "fs.inotify.max_user_watches: shared by every process of this user.",
                 value=limit,
             )
+
+
+# Rank series one daemon exports at most: a daemon beside a node follows its 8 ranks, one
+# on a shared filesystem a cluster's; past this many a scrape would be megabytes. The
+# rest are counted (`trainsentry_ranks_not_exported`); split such a root with --shard.
+MAX_EXPORTED_RANKS = 10_000
+RANK_LABELS = ["job", "rank", "node", "attempt", "run"]
+LIVE = ("running", "stalled")  # a finished or crashed rank is no rank of a running job
+
+
+def _ranks(snap: DaemonSnapshot) -> Iterator[Metric]:
+    """Each rank of a running job this daemon follows, labelled so that a fleet's
+    Prometheus joins a job's ranks across nodes (deploy/prometheus/, docs/fleet.md)."""
+    step = GaugeMetricFamily("trainsentry_rank_step", "The rank's newest step.", labels=RANK_LABELS)
+    stamp = GaugeMetricFamily(
+        "trainsentry_rank_step_timestamp_seconds",
+        "The writer's wall time (Unix seconds) of the rank's newest step.",
+        labels=RANK_LABELS,
+    )
+    pace = GaugeMetricFamily(
+        "trainsentry_rank_step_duration_seconds",
+        "Seconds per step over the rank's recent logged intervals (median).",
+        labels=RANK_LABELS,
+    )
+    values = GaugeMetricFamily(
+        "trainsentry_rank_value",
+        "The rank's latest value of a series compared across ranks (data_wait, forward_time,"
+        " step_time, loss, grad_norm, gpu_util).",
+        labels=[*RANK_LABELS, "series"],
+    )
+    errors = GaugeMetricFamily(
+        "trainsentry_rank_last_error_info",
+        "Always 1; the rank's latest error line (masked, cut) as a label.",
+        labels=[*RANK_LABELS, "line"],
+    )
+    ranks = [r for r in snap.runs if r.rank is not None and r.state in LIVE]
+    for r in ranks[:MAX_EXPORTED_RANKS]:
+        labels = [r.job, str(r.rank), r.node, str(r.attempt or 0), r.run]
+        step.add_metric(labels, r.last_step)
+        if math.isfinite(r.last_wall_time):
+            stamp.add_metric(labels, r.last_wall_time)
+        if math.isfinite(r.step_seconds):
+            pace.add_metric(labels, r.step_seconds)
+        for series, value in sorted(r.values.items()):
+            values.add_metric([*labels, series], value)
+        if r.last_error:
+            errors.add_metric([*labels, r.last_error], 1)
+    yield from (step, stamp, pace, values, errors)
+    yield GaugeMetricFamily(
+        "trainsentry_ranks_not_exported",
+        f"Ranks of running jobs beyond the {MAX_EXPORTED_RANKS} one daemon exports.",
+        value=max(0, len(ranks) - MAX_EXPORTED_RANKS),
+    )
 
 
 def make_registry(

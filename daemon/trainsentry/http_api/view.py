@@ -40,6 +40,15 @@ class RunStatus:
     cause: str = ""
     # what it was started with, by section: MLflow's params and tags, W&B's config
     trace: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # its job, and its rank and attempt of it where it is one (jobs/identity.py); for a rank
+    # what the fleet's Prometheus compares (store/ranks.py)
+    job: str = ""
+    rank: int | None = None
+    attempt: int | None = None
+    node: str = ""
+    step_seconds: float = math.nan  # the rank's recent pace, seconds per step
+    values: Mapping[str, float] = field(default_factory=dict)  # latest of the exported series
+    last_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +258,7 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
             "state": r.state,
             "cause": r.cause,
             "trace": {name: dict(entries) for name, entries in r.trace.items()},
+            **_job_keys(r),
         }
         for r in sorted(snapshot.runs, key=lambda r: r.run)
     ]
@@ -263,7 +273,51 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
                 "firing": alerts,
             }
         )
-    return {"now": now, "runs": runs, "nothing_readable": list(snapshot.nothing_readable)}
+    return {
+        "now": now,
+        "runs": runs,
+        "jobs": jobs_of(runs),
+        "nothing_readable": list(snapshot.nothing_readable),
+    }
+
+
+def _job_keys(r: RunStatus) -> dict[str, Any]:
+    out: dict[str, Any] = {"job": r.job or r.run}
+    if r.rank is not None:
+        out.update(rank=r.rank, attempt=r.attempt, node=r.node)
+        out["step_seconds"] = _finite(r.step_seconds)
+        if r.last_error:
+            out["last_error"] = r.last_error
+    return out
+
+
+def jobs_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs of more than one run, each with its ranks in rank order and its runs: what
+    `status` shows as a job. A run alone is no job to show."""
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_job.setdefault(run.get("job") or run["run"], []).append(run)
+    out = []
+    for job, members in sorted(by_job.items()):
+        ranks = sorted(
+            (r for r in members if "rank" in r), key=lambda r: (r["attempt"] or 0, r["rank"])
+        )
+        if len(members) < 2 and not ranks:
+            continue
+        states = sorted({r.get("state", "running") for r in members})
+        out.append(
+            {
+                "job": job,
+                "runs": [r["run"] for r in members],
+                "ranks": [
+                    {k: r.get(k) for k in ("run", "rank", "attempt", "node", "last_step", "state")}
+                    for r in ranks
+                ],
+                "states": states,
+                "firing": sum(len(r.get("firing", ())) for r in members),
+            }
+        )
+    return out
 
 
 def alerts_document(

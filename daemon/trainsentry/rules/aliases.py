@@ -112,7 +112,19 @@ SHIPPED: dict[str, tuple[str, ...]] = {
     ),
     # the probe's statistics that ordinary logs lack (probe/trainsentry_probe/FORMAT.md);
     # per-layer series end in the layer's module name: probe/grad_norm/encoder.layers.0.fc1
-    "data_wait": ("probe/data_wait",),  # seconds per step spent outside forward/backward
+    # seconds a step waited for its batch: with forward_time, a rank's own time before its
+    # first collective, what a straggler shows in (rules/ranks.py)
+    "data_wait": (
+        "probe/data_wait",
+        "data_wait",
+        "data_time",  # the PyTorch ImageNet example's and timm's name
+        "train/data_time",
+        "time/data",
+        "perf/data_time",
+        "dataloader_time",
+        "data_loading_time",
+    ),
+    "forward_time": ("probe/forward_time", "forward_time", "fwd_time", "time/forward"),
     "nonfinite_grads": ("probe/nonfinite_grads",),  # parameters with a NaN/inf gradient
     "grad_concentration": ("probe/grad_concentration",),  # max / median of layer norms
     "param_norm/*": ("probe/param_norm/*",),

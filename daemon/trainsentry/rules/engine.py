@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainsentry.alert import Severity, State, Transition
+from trainsentry.jobs import member_of
 from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
@@ -44,6 +45,7 @@ from trainsentry.rules.lifecycle import (
 )
 from trainsentry.rules.model import QUIET
 from trainsentry.rules.pattern import GrowthCondition, SpikeCondition
+from trainsentry.rules.ranks import Judged, RankComparison, RankSeat
 from trainsentry.rules.threshold import NonFiniteCondition, ThresholdCondition
 from trainsentry.rules.window import (
     BaselineCondition,
@@ -159,6 +161,8 @@ class Engine:
         self._bindings: dict[str, _Binding] = {}
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._runs: dict[str, _Run] = {}
+        # (group, rule, tag) → the ranks of a job compared on one series (ranks.py)
+        self._comparisons: dict[tuple[str, m.Rule, str], RankComparison] = {}
         self._load(rules)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
@@ -202,6 +206,7 @@ class Engine:
             run.alerts = [a for a in run.alerts if a.rule in keep]
             run.awaiting = [w for w in run.awaiting if w[0].rule in keep]
             run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
+        self._comparisons = {k: c for k, c in self._comparisons.items() if k[1] in keep}
         for run in self._runs.values():
             run.stale.clear()  # deadlines of the old alerts; the new ones push theirs
             for tag, alerts in run.series.items():
@@ -325,6 +330,12 @@ class Engine:
             rule = alert.rule
             if step < rule.min_step:
                 continue
+            condition = alert.condition
+            if type(condition) is RankSeat:
+                if condition.comparison is not None:
+                    judged = condition.comparison.push(run.name, step, wall, value)
+                    self._compared(rule, tag, judged, out)
+                continue
             before = alert.last_step, alert.last_wall
             if step < before[0]:  # the run resumed from a checkpoint: start the window afresh
                 alert.condition = make_condition(rule.condition)
@@ -364,6 +375,22 @@ class Engine:
             self._reconcile(run, alert, step, wall, "recovered", out)
         elif alert.shown is None and alert.holding and alert.lifecycle.firing:
             self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
+
+    def _compared(
+        self, rule: m.Rule, tag: str, judged: list[Judged], out: list[Transition]
+    ) -> None:
+        """Settle the verdicts of steps the ranks of a job completed: each on its rank's own
+        alert of this rule and tag, at that rank's step and stamp (ranks.py)."""
+        for j in judged:
+            run = self._runs.get(j.run)
+            alerts = run.series.get(tag) if run is not None else None
+            alert = next((a for a in alerts or () if a.rule is rule), None)
+            if run is None or alert is None:
+                continue
+            before = alert.last_step, alert.last_wall
+            alert.last_step, alert.last_wall, alert.value = j.step, j.wall, j.value
+            alert.condition.said = j.evidence
+            self._settle(run, alert, j.verdict, j.step, j.wall, before, out)
 
     def _judge_awaiting(self, run: _Run, canonical: str, step: int, out: list[Transition]) -> None:
         """Judge again the jump pairs of this record that waited for `canonical`'s value.
@@ -413,12 +440,30 @@ class Engine:
                 self._reconcile(run, alert, step, wall, "", out)
 
     def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
+        spec = rule.condition
+        condition = (
+            RankSeat(self._comparison(run.name, rule, metric))
+            if isinstance(spec, m.AcrossRanks)
+            else make_condition(spec)
+        )
         alert = Alert(
-            rule, run.name, metric, canonical, make_condition(rule.condition),
+            rule, run.name, metric, canonical, condition,
             Lifecycle(rule.for_, rule.keep_firing_for),
         )  # fmt: skip
         run.alerts.append(alert)
         return alert
+
+    def _comparison(self, run_id: str, rule: m.Rule, tag: str) -> RankComparison | None:
+        """The comparison of `tag` under `rule` among the ranks of `run_id`'s group; None
+        for a run that is no rank of a job (jobs/identity.py)."""
+        member = member_of(run_id)
+        if not member.ranked:
+            return None
+        key = (member.group, rule, tag)
+        comparison = self._comparisons.get(key)
+        if comparison is None:
+            comparison = self._comparisons[key] = RankComparison(rule.condition)  # type: ignore[arg-type]
+        return comparison
 
     # --- time: silence is judged on the run's clock, fired at its deadline ---
 
@@ -515,6 +560,10 @@ class Engine:
         if run is None:
             return out
         self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
+        for alert in run.alerts:  # the other ranks' steps no longer wait for this one
+            condition = alert.condition
+            if type(condition) is RankSeat and condition.comparison is not None:
+                self._compared(alert.rule, alert.metric, condition.comparison.leave(run_id), out)
         return out
 
     def finish_all(self, reason: str = "run finished") -> list[Transition]:
@@ -545,6 +594,38 @@ class Engine:
                     a.view = (key, self._transition(a, "firing", shown, step, wall, None, None))
                 out.append(a.view[1])
         return out
+
+    def _ranks_behind(self, run_id: str) -> str:
+        """Where the other ranks of a quiet rank's group are: the rank that stopped first,
+        or is behind, is the one a hung job waits for (rules/hang.py names it once the
+        collective's timeout comes). "" for a run that is no rank of a job."""
+        member = member_of(run_id)
+        if not member.ranked:
+            return ""
+        ranks = [
+            (run.last_step, run.last_wall, name)
+            for name, run in self._runs.items()
+            if member_of(name).group == member.group and member_of(name).ranked
+        ]
+        if len(ranks) < 2:
+            return ""
+        ranks.sort()
+        step, wall, first = ranks[0]
+        newest = max(r[1] for r in ranks)
+        same = all(r[0] == step for r in ranks)
+        if same and newest - wall < 1.0:
+            return (
+                f"; all {len(ranks)} ranks of {member.job} stopped at step {step} within"
+                f" {newest - wall:.2g} s of each other: none is behind (a collective's timeout"
+                " will say which rank the others wait for)"
+            )
+        lowest = member_of(first).rank
+        ahead = max(r[0] for r in ranks)
+        return (
+            f"; rank {lowest} of {member.job} stopped first, at step {step},"
+            f" {newest - wall:.3g} s before the last rank wrote (the others reached up to step"
+            f" {ahead})"
+        )
 
     # --- what is shown: escalation, inhibition, messages ---
 
@@ -628,6 +709,8 @@ class Engine:
             "runbook": rule.runbook or "",
             "labels": dict(rule.labels),
         }
+        if alert.metric == RUN_WIDE:  # a rank that went quiet: where the job's ranks are
+            fields["evidence"] += self._ranks_behind(alert.run)
         try:
             default = "{evidence}" if alert.metric == RUN_WIDE else DEFAULT_MESSAGE
             return (rule.message or default).format_map(fields)

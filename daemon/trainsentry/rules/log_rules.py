@@ -41,8 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainsentry.alert import Transition
+from trainsentry.jobs import member_of
+from trainsentry.jobs.identity import RANK_PREFIX
 from trainsentry.point import ProbeMark, TextEvent
 from trainsentry.rules import model as m
+from trainsentry.rules.hang import HangWatch, Report, Verdict, by_rank
 from trainsentry.rules.needles import needles
 from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
 from trainsentry.rules.telling import telling
@@ -91,6 +94,7 @@ class LogEngine:
         self._runs: dict[str, _Run] = {}
         self.ended: list[tuple[str, RunLife]] = []  # runs that just ended; the runtime takes them
         self._load(rules)
+        self.hang = HangWatch(self._hang_rule)  # ranks' collective timeouts held (hang.py)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
         every = rules.rules if isinstance(rules, m.RuleSet) else tuple(rules)
@@ -103,6 +107,9 @@ class LogEngine:
         ]
         # the rules an event of a (kind, level) can match, filtered once, not per event
         self._applicable: dict[tuple[str, str], _Applicable] = {}
+        self._hang_rule = next(
+            (r for r in every if isinstance(r.condition, m.CollectiveHang)), None
+        )
 
     def _for(self, kind: str, level: str) -> _Applicable:
         """The rules for events of this kind and level, and every needle of theirs (None
@@ -126,6 +133,9 @@ class LogEngine:
         self._load(rules)
         keep = {r.name: r for r in self.rules}
         out: list[Transition] = []
+        self._decided(self.hang.reload(self._hang_rule), out)
+        if self._hang_rule is not None:
+            keep[self._hang_rule.name] = self._hang_rule
         for run in self._runs.values():
             for name, alert in list(run.alerts.items()):
                 if keep.get(name) != alert.rule:
@@ -145,7 +155,9 @@ class LogEngine:
     def feed(self, events: Iterable[TextEvent]) -> list[Transition]:
         """Judge events in order; the transitions they caused."""
         out: list[Transition] = []
+        latest = -math.inf
         for event in events:
+            latest = max(latest, event.wall_time)
             run = self._run(event.run)
             life = run.life
             step, wall = life.step, event.wall_time
@@ -163,9 +175,89 @@ class LogEngine:
                 if match is None:
                     continue
                 matched = matched or not cond.fallback
+                if cond.collective_timeout and self._held(rule, event, match, step, wall):
+                    continue
                 self._matched(run, rule, event, match, step, wall, out)
             self._timers(run, step, wall, out)
+        if self.hang.waiting:
+            self.tick(latest, out)
         return out
+
+    # --- a collective hang, named by the rank the others waited for (hang.py) ---
+
+    def _held(
+        self, rule: m.Rule, event: TextEvent, match: re.Match[str], step: int, wall: float
+    ) -> bool:
+        group = member_of(event.run).group
+        report = Report(event.run, rule, event, match, step, wall)
+        return self.hang.hold(report, self._ranks_of().get(group, set()))
+
+    def _ranks_of(self) -> dict[str, set[str]]:
+        """The ranks of each group whose metrics or text were seen."""
+        out: dict[str, set[str]] = {}
+        for name in self._runs:
+            member = member_of(name)
+            if member.ranked:
+                out.setdefault(member.group, set()).add(name)
+        return out
+
+    def tick(self, now: float, out: list[Transition] | None = None) -> list[Transition]:
+        """Decide the held timeouts whose grace is over by `now` (the daemon's clock live;
+        inf at the end of a replay)."""
+        out = [] if out is None else out
+        if self.hang.waiting:
+            self._decided(self.hang.due(now, self._ranks_of()), out)
+        return out
+
+    def _decided(self, verdicts: list[Verdict], out: list[Transition]) -> None:
+        """Page the rank the others waited for, then the waiting ranks' own timeouts."""
+        for verdict in verdicts:
+            first = verdict.reports[0]
+            rule = self._hang_rule
+            if verdict.blocked and rule is not None:
+                blocked = verdict.blocked[0]
+                run = self._run(blocked)
+                alert = run.alerts.get(rule.name)
+                if alert is None:
+                    alert = run.alerts[rule.name] = LogAlert(rule, blocked)
+                if not alert.firing:
+                    alert.matches += 1
+                    alert.first = alert.last = (first.step, first.wall)
+                    alert.event = first.event
+                    alert.telling = telling(first.event, first.match)
+                    alert.labels = {
+                        **dict(rule.labels),
+                        "blocked": ",".join(_rank_name(r) for r in verdict.blocked),
+                        "waited": ",".join(_rank_name(r.run) for r in verdict.reports),
+                    }
+                    alert.message = self._hang_message(verdict, alert.telling[0])
+                    alert.firing = True
+                    out.append(self._transition(alert, "firing", first.step, first.wall, None))
+            for report in verdict.reports:
+                run = self._run(report.run)
+                self._matched(
+                    run, report.rule, report.event, report.match, report.step, report.wall, out
+                )
+
+    def _hang_message(self, verdict: Verdict, timeout_line: str) -> str:
+        first = verdict.reports[0]
+        waited = [r.run for r in verdict.reports]
+        by_step: dict[int, list[str]] = {}
+        for run in (*verdict.blocked, *waited):
+            by_step.setdefault(self._run(run).life.step, []).append(run)
+        if len(by_step) == 1:
+            steps = f"every rank last logged step {next(iter(by_step))}"
+        else:
+            steps = "last logged: " + "; ".join(
+                f"{_ranks_said(runs)} step {step}" for step, runs in sorted(by_step.items())
+            )
+        where = f"{first.event.path}:{first.event.line}"
+        line = RANK_PREFIX.sub("", timeout_line, count=1)
+        return (
+            f"{_ranks_said(verdict.blocked)} of {member_of(first.run).job} did not join a"
+            f" collective: {_ranks_said(waited)} timed out waiting for it ({line}, {where});"
+            f" {steps}"
+        )
 
     def saw(self, run_id: str, step: int, wall: float) -> list[Transition]:
         """The run's metrics reached `step` at `wall`: the axis pattern alerts are judged on."""
@@ -423,3 +515,17 @@ def _gap(
 
 def _elapsed(later: float, earlier: float) -> float:
     return later - earlier if math.isfinite(later) and math.isfinite(earlier) else 0.0
+
+
+def _rank_name(run: str) -> str:
+    rank = member_of(run).rank
+    return f"rank {rank}" if rank is not None else run
+
+
+def _ranks_said(runs: Iterable[str]) -> str:
+    """`rank 2`, `ranks 0, 1 and 3`, as a person would say them."""
+    ranks = [member_of(r).rank for r in sorted(runs, key=by_rank)]
+    if len(ranks) == 1 or None in ranks:
+        return ", ".join(_rank_name(r) for r in sorted(runs, key=by_rank))
+    head = ", ".join(str(r) for r in ranks[:-1])
+    return f"ranks {head} and {ranks[-1]}"

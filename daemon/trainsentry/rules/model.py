@@ -268,6 +268,25 @@ class Spike:
     settle: int = 1  # points back within normal that end a spike episode
 
 
+@dataclass(frozen=True, slots=True)
+class AcrossRanks:
+    """Each rank of a job against the other ranks at the same step (rules/ranks.py).
+
+    A straggler (`above_median`): the rank's value is at least this × the other
+    ranks' median and, where `min_share` is set, more than it by that share of the
+    median rank's seconds per step. A diverging rank (`outside_band`): the rank's
+    value is `min_ratio` × (or 1/that) off the others' median and that many times
+    the ranks' typical log-spread away, once `learn` steps taught the spread.
+    """
+
+    above_median: float | None = None
+    min_share: float = 0.0
+    outside_band: float | None = None
+    min_ratio: float = 2.0
+    learn: int = 20  # compared steps before the typical spread is known
+    min_ranks: int = 3  # two ranks cannot say which of them is the odd one
+
+
 RunEnd = Literal["crashed", "preempted", "cancelled", "finished"]
 
 
@@ -289,6 +308,18 @@ class Pattern:
     fallback: bool = False  # only for events no other pattern rule matched
     ends_run: RunEnd | None = None
     cause: str | None = None
+    # the rank that logs this waited in a collective for other ranks until it timed out:
+    # a `collective_hang` rule names the ranks it waited for before this pages (hang.py)
+    collective_timeout: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveHang:
+    """The ranks of a job that did not time out in a collective while others did: the ones
+    the others waited for (rules/hang.py). Decided once every rank but one reported a
+    timeout, or `grace` seconds after the first report."""
+
+    grace: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +347,9 @@ Condition = (
     | Stale
     | Growth
     | Spike
+    | AcrossRanks
     | Pattern
+    | CollectiveHang
 )
 
 

@@ -238,6 +238,26 @@ class SpikeSpec(Strict):
     settle: Count = 1
 
 
+class AcrossRanksSpec(Strict):
+    above_median: float | None = Field(None, gt=1)
+    min_share: float = Field(0.0, ge=0)
+    outside_band: Positive | None = None
+    min_ratio: float = Field(2.0, gt=1)
+    learn: int = Field(20, ge=0)
+    min_ranks: int = Field(3, ge=2)
+
+    @model_validator(mode="after")
+    def _one_test(self) -> AcrossRanksSpec:
+        if (self.above_median is None) == (self.outside_band is None):
+            raise ValueError(
+                "compare ranks by `above_median` (a straggler) or `outside_band` (a rank that"
+                " diverges), one of the two"
+            )
+        if self.min_share and self.above_median is None:
+            raise ValueError("`min_share` goes with `above_median`")
+        return self
+
+
 class PatternSpec(Strict):
     regex: str = Field(min_length=1)
     level: str | list[str] | None = None
@@ -245,6 +265,7 @@ class PatternSpec(Strict):
     fallback: bool = False
     ends_run: Literal["crashed", "preempted", "cancelled", "finished"] | None = None
     cause: str | None = None
+    collective_timeout: bool = False
 
     @field_validator("regex")
     @classmethod
@@ -256,6 +277,18 @@ class PatternSpec(Strict):
         return text
 
 
+class CollectiveHangSpec(Strict):
+    grace: SpanField = m.Span(10.0, "seconds")
+
+    @field_validator("grace")
+    @classmethod
+    def _seconds(cls, value: m.Span) -> m.Span:
+        if value.unit != "seconds":
+            raise ValueError("a grace is a time, e.g. `10s`")
+        return value
+
+
+TEXT_KINDS = ("pattern", "collective_hang")  # rules on text logs (log_rules.py), not series
 CONDITIONS: dict[str, type[Strict]] = {
     "non_finite": NonFiniteSpec,
     "threshold": ThresholdSpec,
@@ -268,7 +301,9 @@ CONDITIONS: dict[str, type[Strict]] = {
     "stale": StaleSpec,
     "growth": GrowthSpec,
     "spike": SpikeSpec,
+    "across_ranks": AcrossRanksSpec,
     "pattern": PatternSpec,
+    "collective_hang": CollectiveHangSpec,
 }
 
 
@@ -308,7 +343,9 @@ class RuleSpec(Strict):
     stale: StaleSpec | None = None
     growth: GrowthSpec | None = None
     spike: SpikeSpec | None = None
+    across_ranks: AcrossRanksSpec | None = None
     pattern: PatternSpec | None = None
+    collective_hang: CollectiveHangSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -350,14 +387,14 @@ class RuleSpec(Strict):
             raise ValueError(f"a rule needs exactly one condition ({kinds}); found {detail}")
         if self.metric is not None and self.tag is not None:
             raise ValueError("give `metric` (canonical names) or `tag` (raw tags), not both")
-        if found[0] == "pattern" and (self.metric is not None or self.tag is not None):
-            raise ValueError("a pattern reads the run's text logs, not a series: no `metric`")
+        if found[0] in TEXT_KINDS and (self.metric is not None or self.tag is not None):
+            raise ValueError(f"a {found[0]} reads the run's text logs, not a series: no `metric`")
         if found[0] == "pattern" and self.keep_firing_for and self.keep_firing_for.min_points:
             raise ValueError(
                 "a pattern's `keep_firing_for` is a quiet span of steps or time, with no"
                 " points in it to count: drop `and N points`"
             )
-        if self.metric is None and self.tag is None and found[0] not in ("no_data", "pattern"):
+        if self.metric is None and self.tag is None and found[0] not in ("no_data", *TEXT_KINDS):
             raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
         return self
 
@@ -388,6 +425,8 @@ class RuleSpec(Strict):
             fields["max_silence"] = fields["max_silence"].amount if fields["max_silence"] else None
         if kind == "throughput":
             fields["min_gap"] = fields["min_gap"].amount
+        if kind == "collective_hang":
+            fields["grace"] = fields["grace"].amount
         if kind == "growth" and fields["critical_within"] is not None:
             fields["critical_within"] = fields["critical_within"].amount
         if kind == "pattern":
@@ -397,7 +436,7 @@ class RuleSpec(Strict):
             )
             fields["events"] = tuple(fields["events"])
         condition: m.Condition = _DATACLASSES[kind](**fields)
-        selects_series = kind != "pattern"
+        selects_series = kind not in TEXT_KINDS
 
         def globs(value: str | list[str] | None) -> tuple[str, ...]:
             return () if value is None else (value,) if isinstance(value, str) else tuple(value)
@@ -432,7 +471,9 @@ _DATACLASSES: dict[str, Any] = {
     "stale": m.Stale,
     "growth": m.Growth,
     "spike": m.Spike,
+    "across_ranks": m.AcrossRanks,
     "pattern": m.Pattern,
+    "collective_hang": m.CollectiveHang,
 }
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from trainsentry.point import RANK_PREFIX, TextEvent
+from trainsentry.jobs.identity import RANK_PREFIX
+from trainsentry.point import TextEvent
 
 TELLING_LINES = 5
 _INDENTED = re.compile(rf"(?:{RANK_PREFIX.pattern})?\s")

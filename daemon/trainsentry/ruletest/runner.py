@@ -14,10 +14,12 @@ then `tick` at each slot's wall time, so no-data rules fire during a gap
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trainsentry.alert import Transition
+from trainsentry.jobs import member_of
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.ruletest.spec import Case, ExpectedAlert, ExpectedTransition, TestFile
@@ -45,6 +47,7 @@ def _substrings(text: str, wanted: str | list[str] | None) -> bool:
 def matches_alert(exp: ExpectedAlert, t: Transition) -> bool:
     return (
         exp.rule == t.rule
+        and (exp.rank is None or exp.rank == member_of(t.run).rank)
         and (exp.severity is None or exp.severity == t.severity)
         and (exp.metric is None or exp.metric == t.metric)
         and all(t.labels.get(k) == v for k, v in exp.labels.items())
@@ -64,7 +67,9 @@ def matches_transition(exp: ExpectedTransition, t: Transition) -> bool:
 
 def describe(t: Transition) -> str:
     state = "escalated" if t.escalated_from else t.state
-    return f"step {t.step:>7}  {state:<9} {t.severity:<8} {t.rule} [{t.metric}]  {t.message}"
+    rank = member_of(t.run).rank
+    of = f" of rank {rank}" if rank is not None else ""
+    return f"step {t.step:>7}  {state:<9} {t.severity:<8} {t.rule}{of} [{t.metric}]  {t.message}"
 
 
 def describe_expected(exp: ExpectedAlert) -> str:
@@ -73,6 +78,8 @@ def describe_expected(exp: ExpectedAlert) -> str:
         state = "escalated" if exp.escalated_from else exp.state
         head = f"step {exp.step:>7}  {state:<9} "
     parts = [f"{head}{exp.severity or '*':<8} {exp.rule}"]
+    if exp.rank is not None:
+        parts.append(f"of rank {exp.rank}")
     if exp.metric:
         parts.append(f"[{exp.metric}]")
     if exp.labels:
@@ -150,12 +157,12 @@ class _Logs:
         self.k = 0
 
     def feed_until(self, step: int, out: list[Transition]) -> None:
-        logs, run = self.case.logs, self.case.run
+        logs = self.case.logs
         while self.k < len(logs) and logs[self.k][0] <= step:
-            at, wall, path, text = logs[self.k]
+            at, wall, path, text, run = logs[self.k]
             self.k += 1
             out.extend(self.engine.saw(run, at, wall))
-            decoder = self.decoders.setdefault(path, LogDecoder())
+            decoder = self.decoders.setdefault(f"{run}/{path}", LogDecoder())
             data = text.encode() if text.endswith("\n") else (text + "\n").encode()
             events = decoder.feed(data, at_eof=True, file_time=wall).events
             events += decoder.let_go()  # the next step's lines come after a quiet moment
@@ -191,7 +198,9 @@ def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) ->
             run, life = texts.ended.pop(0)
             out.extend(engine.finish(run, life.reason))
         out.extend(engine.tick(wall))
+        out.extend(texts.tick(wall))  # held collective timeouts (rules/hang.py)
     snapshots += [(at.step, shown()) for at in pending]
+    out.extend(texts.tick(math.inf))  # what a replay decides at its end (hang.py)
     if case.finish:
         for run in texts.lives():
             out.extend(texts.finish(run))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from trainsentry.jobs import ranked_run
 from trainsentry.point import Point
 from trainsentry.rules.loader import DEFAULT_PACK, RuleFileError, load_rules
 from trainsentry.rules.marked_yaml import MarkedDocument, YamlPath, read_mapping, report
@@ -37,11 +38,13 @@ class SeriesSpec(Strict):
 
 
 class LogSpec(Strict):
-    """Text a job wrote at a step: read as its log file would be (sources/textlog.py)."""
+    """Text a job wrote at a step: read as its log file would be (sources/textlog.py); with
+    `rank`, the log of that rank of the case's job."""
 
     step: int
     text: str
     path: str = "stdout.log"
+    rank: int | None = Field(None, ge=0)
 
 
 class ExpectedAlert(Strict):
@@ -50,6 +53,7 @@ class ExpectedAlert(Strict):
     rule: str
     severity: Literal["warning", "critical"] | None = None
     metric: str | None = None  # the raw tag
+    rank: int | None = None  # the rank of the case's job whose alert it is
     labels: dict[str, str] = Field(default_factory=dict)  # a subset of the alert's labels
     message: Substrings | None = None  # substring(s) of the message
 
@@ -73,6 +77,10 @@ class CaseSpec(Strict):
     interval: int = Field(1, ge=1)
     seconds_per_step: float | str = 1.0  # or a pace series on the case's slots
     series: dict[str, str | SeriesSpec] = Field(default_factory=dict)
+    # a job of this many ranks (`<run>/rank<R>`, jobs/identity.py), each logging `series`
+    # but where `rank_series` gives a rank series of its own
+    ranks: int | None = Field(None, ge=2, le=64)
+    rank_series: dict[int, dict[str, str | SeriesSpec]] = Field(default_factory=dict)
     logs: list[LogSpec] = Field(default_factory=list)
     only: list[str] | None = None
     finish: bool = False
@@ -85,6 +93,11 @@ class CaseSpec(Strict):
             raise ValueError("a test needs `expect_transitions` (use [] for none) or `expect_at`")
         if not self.series and not self.logs:
             raise ValueError("a test needs `series` or `logs`")
+        ranks = self.ranks or 0
+        if any(r >= ranks for r in self.rank_series) or any(
+            log.rank is not None and log.rank >= ranks for log in self.logs
+        ):
+            raise ValueError(f"a rank is one of the `ranks: {self.ranks}` of the case's job")
         return self
 
 
@@ -106,8 +119,8 @@ class Case:
     finish: bool
     expect_transitions: list[ExpectedTransition] | None
     expect_at: list[ExpectAtSpec]
-    # (step, wall, path, text): what the job's text logs say at a step, in step order
-    logs: list[tuple[int, float, str, str]] = field(default_factory=list)
+    # (step, wall, path, text, run): what the job's text logs say at a step, in step order
+    logs: list[tuple[int, float, str, str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -216,10 +229,10 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
     clock = _clock(spec, doc, (*base, "seconds_per_step"))
     if clock is None:
         return None
-    points: list[tuple[int, int, Point]] = []
+    points: list[tuple[int, int, int, Point]] = []
     ticks: set[int] = set()
-    for order, (tag, series) in enumerate(spec.series.items()):
-        where: YamlPath = (*base, "series", tag)
+    for rank, run, tag, series, where in _series_of(spec, base):
+        order = list(spec.series).index(tag) if tag in spec.series else len(spec.series)
         if isinstance(series, SeriesSpec):
             text, where = series.values, (*where, "values")
             start = series.start if series.start is not None else spec.start
@@ -235,22 +248,26 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
         for slot in got:
             ticks.add(slot.step)
             if slot.value is not None:
-                point = Point(spec.run, tag, slot.step, clock.wall(slot.step), slot.value)
-                points.append((slot.step, order, point))
+                point = Point(run, tag, slot.step, clock.wall(slot.step), slot.value)
+                points.append((slot.step, rank, order, point))
     logs = sorted(
-        ((log.step, clock.wall(log.step), log.path, log.text) for log in spec.logs),
+        (
+            (log.step, clock.wall(log.step), log.path, log.text, _run_of(spec.run, log.rank))
+            for log in spec.logs
+        ),
         key=lambda x: x[0],
     )
     ticks.update(step for step, *_ in logs)
     if len(doc.errors) > before:
         return None
-    points.sort(key=lambda p: (p[0], p[1]))  # by step; within a step, in the file's series order
+    # by step; within a step rank by rank, each in the file's series order
+    points.sort(key=lambda p: (p[0], p[1], p[2]))
     mark = doc.values.get(base)
     return Case(
         name=spec.name,
         where=f"{doc.name}:{mark.line + 1}" if mark else doc.name,
         run=spec.run,
-        points=[p for _, _, p in points],
+        points=[p for *_, p in points],
         ticks=[(s, clock.wall(s)) for s in sorted(ticks)],
         only=frozenset(spec.only) if spec.only is not None else None,
         finish=spec.finish,
@@ -258,6 +275,25 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
         expect_at=sorted(spec.expect_at, key=lambda a: a.step),
         logs=logs,
     )
+
+
+def _run_of(run: str, rank: int | None) -> str:
+    return run if rank is None else ranked_run(run, rank)
+
+
+def _series_of(
+    spec: CaseSpec, base: YamlPath
+) -> list[tuple[int, str, str, str | SeriesSpec, YamlPath]]:
+    """(rank, run, tag, series, where) of every series a case's run or job logs."""
+    if spec.ranks is None:
+        return [(0, spec.run, t, s, (*base, "series", t)) for t, s in spec.series.items()]
+    out = []
+    for rank in range(spec.ranks):
+        own = spec.rank_series.get(rank, {})
+        for tag, series in {**spec.series, **own}.items():
+            where = (*base, "rank_series", rank, tag) if tag in own else (*base, "series", tag)
+            out.append((rank, ranked_run(spec.run, rank), tag, series, where))
+    return out
 
 
 def _rules(spec: TestFileSpec, path: Path, doc: MarkedDocument) -> RuleSet | None:

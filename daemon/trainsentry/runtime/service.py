@@ -25,6 +25,7 @@ from trainsentry.alerts.outbox import Outbox
 from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import RunStatus, runs_of_store
+from trainsentry.jobs import member_of
 from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
@@ -40,6 +41,7 @@ from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
 from trainsentry.store.log_lines import LogLines
+from trainsentry.store.ranks import RankBook
 from trainsentry.store.traces import RunTraces
 from trainsentry.terminal.printer import AlertPrinter
 from trainsentry.terminal.progress import BackfillReporter
@@ -96,6 +98,8 @@ class Service:
         self.traces = RunTraces()  # what each run was started with (params, config)
         self.silence = SilenceClock()  # no-data checks immune to wall-clock steps
         self.series_limit = SeriesLimit()  # a run writing a new tag per line is bounded
+        # each rank's step, pace, node and last error, for /metrics and status (a fleet's view)
+        self.ranks = RankBook(config.node, lambda tag: self.engine.aliases.resolve(tag))
         self.processes = ProcessCheck()  # the jobs on this host that the probe names
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
@@ -167,6 +171,7 @@ class Service:
     def _evaluate(self, run: str, rows: list[Row]) -> None:
         rows = self.series_limit.admit(run, rows)
         self.store.extend_rows(run, rows)
+        self.ranks.rows(run, rows)
         if rows:
             self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
             life = self.log_engine.life(run)
@@ -190,7 +195,8 @@ class Service:
     def _text_events(self, run: str, events: list[TextEvent]) -> None:
         """A text log's events: kept for bundles, judged by the pattern rules; a run they
         say ended (crashed, preempted) has its metric alerts ended with that reason."""
-        self.log_lines.extend(run, events)
+        self.log_lines.extend(events)
+        self.ranks.events(events)
         self.deliver(self.log_engine.feed(events))
         self._end_runs()
 
@@ -206,6 +212,7 @@ class Service:
     def _probe_marks(self, run: str, marks: list[ProbeMark]) -> None:
         """The probe's meta records (the processes to watch) and end records (a run that
         finished, or ended on an exception)."""
+        self.ranks.marks(marks)
         self.deliver(self.log_engine.marked(marks))
         self._end_runs()
 
@@ -245,6 +252,7 @@ class Service:
         self.store.release_run(run)
         self.silence.forget(run)
         self.series_limit.forget(run)
+        self.ranks.forget(run)
 
     def _on_cycle(self) -> None:
         if self._reload_requested:
@@ -262,6 +270,9 @@ class Service:
                     if t.metric == RUN_WIDE:
                         self.log_engine.stalled(t.run, t.state == "firing")
                 self.deliver(ticked)
+            if self.log_engine.hang.waiting:  # ranks' collective timeouts (rules/hang.py)
+                self.deliver(self.log_engine.tick(time.time()))
+                self._end_runs()
             self.notifier.tick()
         self.outbox.flush_held()
         self.heartbeat.beat()
@@ -291,7 +302,25 @@ class Service:
         ]
         for run, life in lives.items():
             runs.append(RunStatus(run, life.step, life.wall, 0, life.state, life.cause))
-        return [replace(r, trace=trace) if (trace := self.traces.of(r.run)) else r for r in runs]
+        runs = [replace(r, trace=trace) if (trace := self.traces.of(r.run)) else r for r in runs]
+        return [self._in_job(r) for r in runs]
+
+    def _in_job(self, status: RunStatus) -> RunStatus:
+        """The run with its job, and for a rank what the fleet compares (store/ranks.py)."""
+        member = member_of(status.run)
+        rank = self.ranks.of(status.run)
+        if rank is None:
+            return replace(status, job=member.job)
+        return replace(
+            status,
+            job=member.job,
+            rank=rank.rank,
+            attempt=rank.attempt,
+            node=rank.node,
+            step_seconds=rank.step_seconds,
+            values=dict(rank.values),
+            last_error=rank.last_error,
+        )
 
     def _run_meta(self, run: str) -> dict[str, object]:
         directory = self.daemon.run_dir(run)

@@ -6,6 +6,11 @@ its id is its path relative to the root being read. Keras writes a run as
 with their name as a tag prefix, so `validation/epoch_loss` sits beside
 `train/epoch_loss` in one run, as TensorBoard users read it.
 
+A file whose name carries a rank (`rank_3.jsonl`, the probe's
+`trainsentry-probe.rank3.jsonl`, Slurm's `slurm-%j-%t.out`) is that rank's
+run, `<run>/rank<R>`: one process's logs, a rank of the directory's job
+(jobs/identity.py).
+
 Only regular files are logs. A FIFO named `metrics.jsonl` would block the
 open that reads it (and with it the daemon's one loop), a device or socket is
 no log either, and a symlink to a file outside the watched roots (`ln -s
@@ -23,6 +28,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainsentry.jobs import member_of, rank_in_name, ranked_run
 from trainsentry.sources.mlflow_files import metric_key, run_key, run_record, store_relative
 from trainsentry.sources.mlflow_files import run_name as mlflow_run_name
 from trainsentry.sources.names import safe_name
@@ -234,6 +240,9 @@ class Root:
             if beside.is_dir():
                 directory = beside
         run, prefix = run_of(directory, self.rel_root, self.name, top)
+        rank = rank_in_name(path.name)
+        if rank is not None and not member_of(run).ranked:  # jobs/identity.py
+            run = ranked_run(run, rank)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
     def scan(self, top: Path | None = None) -> list[LogFile]:

@@ -26,6 +26,7 @@ import stat
 import time
 from dataclasses import dataclass, field, replace
 
+from trainsentry.jobs.identity import member_of, rank_of_line, ranked_run
 from trainsentry.point import Point, ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder
 from trainsentry.sources.discover import LogFile, refusal
@@ -38,6 +39,8 @@ READ_CHUNK = 4 << 20
 # What one read of a live append asks for: far more than a second of a job's log,
 # and under the allocator's mmap threshold (pread allocates what it asks for).
 APPEND_CHUNK = 64 << 10
+# the ranks one text log may name each a run of its own; a log naming more keeps the rest
+MAX_RANK_RUNS = 4096
 
 
 @dataclass(slots=True)
@@ -127,6 +130,11 @@ class FileTail:
         self._caught_up = False  # the last read reached the end of the file
         self._prefixed: dict[tuple[str, ...], tuple[str, ...]] = {}  # a shape's tags, prefixed
         self._decoder: Decoder = new_decoder(log.kind)
+        # A text log of many ranks' lines (`[rank3]: ...`, a Slurm job's output) gives each
+        # event to its rank's run; one that is a rank's own log keeps its events.
+        self._rank_runs: dict[int, str] | None = (
+            {} if log.kind == "text" and not member_of(log.run).ranked else None
+        )
         self._resume = checkpoint
         # While relearning: the checkpoint the last process committed, and its offset.
         self._committed: Checkpoint | None = None
@@ -147,7 +155,9 @@ class FileTail:
 
     @property
     def runs(self) -> set[str]:
-        """The runs this file delivers rows of."""
+        """The runs this file delivers rows or events of."""
+        if self._rank_runs:
+            return {self.log.run, *self._rank_runs.values()}
         return {self.log.run}
 
     def read(self, budget: int = 64 << 20, *, same_file: bool = False) -> TailRead:
@@ -393,8 +403,7 @@ class FileTail:
         else:
             target.extend(decoded.rows)
         if decoded.events and self._replay_until is None:
-            run, path = self.log.run, self.path
-            out.events.extend(_placed(e, run, path) for e in decoded.events)
+            out.events.extend(self._placed(decoded.events))
         if decoded.trace:  # relearnt too: a restart keeps no trace but the logs'
             out.traces.append((self.log.run, decoded.trace))
         if decoded.ends:
@@ -454,8 +463,28 @@ class FileTail:
         let_go = getattr(self._decoder, "let_go", None)
         if let_go is None:
             return []
-        run, path = self.log.run, self.path
-        return [_placed(e, run, path) for e in let_go()]
+        return self._placed(let_go())
+
+    def _placed(self, events: list[TextEvent]) -> list[TextEvent]:
+        """The events with their run and path: built directly, dataclasses.replace costs
+        4 µs an event (a text log's every line is one). An event whose first line names a
+        rank goes to that rank's run, at most MAX_RANK_RUNS of them a file (a log that
+        names a million ranks is no job's)."""
+        run, path, ranks = self.log.run, self.path, self._rank_runs
+        if ranks is None:
+            return [
+                TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run) for e in events
+            ]
+        out = []
+        for e in events:
+            placed = run
+            rank = rank_of_line(e.lines[0]) if e.lines else None
+            if rank is not None:
+                placed = ranks.get(rank) or run
+                if placed is run and len(ranks) < MAX_RANK_RUNS:
+                    placed = ranks[rank] = ranked_run(run, rank)
+            out.append(TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, placed))
+        return out
 
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:
         """The rows with the file's tag prefix (Keras' train/, validation/), one tuple per shape."""
@@ -474,9 +503,3 @@ class FileTail:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _placed(e: TextEvent, run: str, path: str) -> TextEvent:
-    """The event with its run and path: built directly, dataclasses.replace costs 4 µs an
-    event (a text log's every line is one)."""
-    return TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run)

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsentry.point import RANK_PREFIX
+from trainsentry.jobs.identity import RANK_PREFIX
 
 MAX_EVENT_LINES = 400  # a longer traceback (deep recursion) is cut into events this long
 MAX_LINE_CHARS = 2000  # a longer line is cut: alerts quote lines, they do not archive them

@@ -29,11 +29,15 @@ class LogLines:
         self._per_run = per_run
         self._runs: dict[str, deque[tuple[str, int, str]]] = {}
 
-    def extend(self, run: str, events: Iterable[TextEvent]) -> None:
-        ring = self._runs.get(run)
-        if ring is None:
-            ring = self._runs[run] = deque(maxlen=self._per_run)
+    def extend(self, events: Iterable[TextEvent]) -> None:
+        """Each event's lines to its run's (a log of many ranks' lines feeds several)."""
+        run, ring = "", None
         for event in events:
+            if ring is None or event.run != run:
+                run = event.run
+                ring = self._runs.get(run)
+                if ring is None:
+                    ring = self._runs[run] = deque(maxlen=self._per_run)
             for k, text in enumerate(event.lines):
                 ring.append((event.path, event.line + k, text))
 

@@ -94,31 +94,66 @@ def summary_line(
 
 
 def run_label(r: dict[str, Any]) -> str:
-    """A run's name, with how it ended when it is no longer running (`exp1 (crashed: ...)`)."""
+    """A run's name, with how it ended when it is no longer running (`exp1 (crashed: ...)`),
+    and a rank's place in its job (`  exp/rank3 (rank 3, node-a)`)."""
     state = r.get("state") or "running"
+    name = str(r.get("run"))
+    if r.get("rank") is not None:
+        where = [f"rank {r['rank']}"]
+        if r.get("attempt"):
+            where.append(f"attempt {r['attempt']}")
+        if r.get("node"):
+            where.append(str(r["node"]))
+        name = f"  {name} ({', '.join(where)})"
     if state == "running":
-        return str(r.get("run"))
+        return name
     cause = r.get("cause")
-    return f"{r.get('run')} ({state}: {cause})" if cause else f"{r.get('run')} ({state})"
+    return f"{name} ({state}: {cause})" if cause else f"{name} ({state})"
+
+
+def by_job(runs: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None]]:
+    """The runs in status order: a job of ranks under a line of its own (None: that line),
+    its own runs first, then its ranks by attempt and rank; other runs by name."""
+
+    def order(r: dict[str, Any]) -> tuple[bool, int, int, str]:
+        ranked = r.get("rank") is not None
+        return (ranked, r.get("attempt") or 0, r.get("rank") or 0, str(r.get("run")))
+
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        jobs.setdefault(str(r.get("job") or r.get("run")), []).append(r)
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    for job, members in sorted(jobs.items()):
+        ranks = [r for r in members if r.get("rank") is not None]
+        if ranks:
+            attempts = {r.get("attempt") or 0 for r in ranks}
+            more = f", {len(attempts)} attempts" if len(attempts) > 1 else ""
+            out.append((f"{job}: job of {len(ranks)} rank(s){more}", None))
+        out.extend((run_label(r), r) for r in sorted(members, key=order))
+    return out
 
 
 def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
     """The runs table and the firing alerts' messages, as plain lines for pipes and scripts.
 
-    One row per run, sorted by name; a run with several firing alerts gets one
-    extra line per alert. (On a terminal, render.py draws the same.)
+    One row per run, sorted by name, the ranks of a job under its name; a run with
+    several firing alerts gets one extra line per alert. (On a terminal, render.py
+    draws the same.)
     """
     runs, alerts = loaded(api_runs_json, api_alerts_json)
     rows: list[tuple[str, str, str, str, str]] = []  # run, step, age, severity, what
-    for r in runs:
+    for label, r in by_job(runs):
+        if r is None:
+            rows.append((label, "", "", "", ""))
+            continue
         step = "-" if r.get("last_step") is None else str(r["last_step"])
         age = format_age(r.get("age_seconds"))
         firing = r.get("firing") or []
         if not firing:
-            rows.append((run_label(r), step, age, "", "-"))
+            rows.append((label, step, age, "", "-"))
         for i, a in enumerate(firing):
             what = f"{a.get('rule')} ({a.get('metric')})"
-            cells = (run_label(r), step, age) if i == 0 else ("", "", "")
+            cells = (label, step, age) if i == 0 else ("", "", "")
             rows.append((*cells, str(a.get("severity", "")), what))
     header = ("RUN", "STEP", "AGE", "FIRING")
     w_run = max([len(header[0])] + [len(row[0]) for row in rows])

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry.alert import AlertKey, Transition, same_job
+from trainsentry.alert import AlertKey, Transition
+from trainsentry.jobs import same_job
 from trainsentry.sinks.alert_log import AlertLog
 from trainsentry.stop_signals import signals_deferred
 from trainsentry.terminal import render as console

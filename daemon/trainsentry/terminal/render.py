@@ -220,14 +220,17 @@ def print_status(
     from rich.table import Table
     from rich.text import Text
 
-    from trainsentry.terminal.plain import format_age, run_label, summary_line
+    from trainsentry.terminal.plain import by_job, format_age, summary_line
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("RUN", style="cyan", overflow="fold")
     table.add_column("STEP", justify="right")
     table.add_column("AGE", justify="right")
     table.add_column("FIRING", overflow="fold")
-    for r in runs:
+    for label, r in by_job(runs):
+        if r is None:
+            table.add_row(Text(label, style="bold"), "", "", "")
+            continue
         firing = Text()
         for i, a in enumerate(r.get("firing") or []):
             severity = str(a.get("severity", ""))
@@ -235,7 +238,7 @@ def print_status(
             firing.append(severity, style=SEVERITY_STYLE.get(severity, ""))
             firing.append(f" {a.get('rule')} ({a.get('metric')})")
         step = "-" if r.get("last_step") is None else str(r["last_step"])
-        table.add_row(run_label(r), step, format_age(r.get("age_seconds")), firing or "-")
+        table.add_row(label, step, format_age(r.get("age_seconds")), firing or "-")
     console.print(table)
     console.print(Text(summary_line(runs, alerts, dropped), style="yellow" if dropped else "dim"))
     if not alerts:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from support.notify_harness import T0, Harness, transition
 
-from trainsentry.alert import same_job
 from trainsentry.alerts.grouping import backoff, rate_allowed_at
 from trainsentry.alerts.route import GROUP_INTERVAL_SECONDS, GROUP_WAIT_SECONDS, Route
+from trainsentry.jobs import same_job
 from trainsentry.point import Point
 from trainsentry.store import Store
 

@@ -218,6 +218,7 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
         "state": "running",
         "cause": "",
         "trace": {},
+        "job": "exp1/seed0",
     }
     assert second["run"] == "exp2/seed0" and second["firing"] == []
 
@@ -439,3 +440,76 @@ def test_a_reader_of_a_stuck_loop_gets_the_old_snapshot_after_its_wait() -> None
     board.publish(DaemonSnapshot(cycles=7))
     now[0] = 60.0  # a minute without a cycle
     assert board.latest(fresh_within=1.0).cycles == 7
+
+
+def rank_status(rank: int, step: int, *, state: str = "running", node: str = "gpu-a") -> RunStatus:
+    return RunStatus(
+        f"job/rank{rank}",
+        step,
+        NOW - 2,
+        4,
+        state,
+        job="job",
+        rank=rank,
+        attempt=0,
+        node=node,
+        step_seconds=0.25,
+        values={"data_wait": 0.01 * (rank + 1), "loss": 2.0},
+        last_error="RuntimeError: boom" if rank == 1 else "",
+    )
+
+
+def test_a_jobs_ranks_are_shown_as_a_job(view: FakeView) -> None:
+    ranks = tuple(rank_status(r, 100 + r) for r in range(3))
+    view.snap = replace(
+        SNAPSHOT, runs=(*SNAPSHOT.runs, *ranks, RunStatus("job", 100, NOW, 1, job="job"))
+    )
+    server = serve(view)
+    try:
+        runs = strict_json(get(f"{server.url}/api/runs")[2])
+        alerts = strict_json(get(f"{server.url}/api/alerts")[2])
+    finally:
+        server.close()
+    by_run = {r["run"]: r for r in runs["runs"]}
+    assert by_run["job/rank1"]["rank"] == 1 and by_run["job/rank1"]["node"] == "gpu-a"
+    assert by_run["job/rank1"]["last_error"] == "RuntimeError: boom"
+    [job] = runs["jobs"]
+    assert job["job"] == "job" and [r["rank"] for r in job["ranks"]] == [0, 1, 2]
+    assert job["runs"] == ["job", "job/rank0", "job/rank1", "job/rank2"]
+    lines = render_status(runs, alerts).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("job: job of 3 rank(s)"))
+    assert lines[at + 1].startswith("job ")
+    assert lines[at + 2].startswith("  job/rank0 (rank 0, gpu-a)")
+    assert lines[at + 4].startswith("  job/rank2 (rank 2, gpu-a)")
+
+
+def test_the_ranks_of_running_jobs_are_exported_for_the_fleet(view: FakeView) -> None:
+    ranks = (rank_status(0, 100), rank_status(1, 90), rank_status(2, 80, state="crashed"))
+    view.snap = replace(SNAPSHOT, runs=(*SNAPSHOT.runs, *ranks))
+    server = serve(view)
+    try:
+        body = get(f"{server.url}/metrics")[2]
+    finally:
+        server.close()
+    samples = {
+        (s.name, s.labels.get("rank"), s.labels.get("series")): (s.value, s.labels)
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name.startswith("trainsentry_rank")
+    }
+    value, labels = samples[("trainsentry_rank_step", "1", None)]
+    assert value == 90
+    assert labels == {
+        "job": "job",
+        "rank": "1",
+        "node": "gpu-a",
+        "attempt": "0",
+        "run": "job/rank1",
+    }
+    assert samples[("trainsentry_rank_step_timestamp_seconds", "0", None)][0] == NOW - 2
+    assert samples[("trainsentry_rank_step_duration_seconds", "0", None)][0] == 0.25
+    assert samples[("trainsentry_rank_value", "1", "data_wait")][0] == 0.02
+    error = samples[("trainsentry_rank_last_error_info", "1", None)][1]
+    assert error["line"] == "RuntimeError: boom"
+    assert ("trainsentry_rank_step", "2", None) not in samples  # crashed: no rank of a live job
+    assert samples[("trainsentry_ranks_not_exported", None, None)][0] == 0

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 discover = pytest.importorskip("trainsentry.sources.discover")
 stop_file = pytest.importorskip("trainsentry.actions.stop_file")
 alert = pytest.importorskip("trainsentry.alert")
+jobs = pytest.importorskip("trainsentry.jobs")
 
 PROBE_FILE = "trainsentry-probe.jsonl"
 
@@ -176,15 +177,19 @@ if torch.distributed.is_initialized():
 
 
 def test_in_a_distributed_hf_job_every_rank_writes_into_rank_0s_run(tmp_path: Path) -> None:
+    """Each rank's file is a run of its own, a rank of the job that rank 0's directory is."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     script = tmp_path / "worker.py"
     script.write_text(HF_WORKER)
     out = tmp_path / "out"
     run_ranks(script, str(out))
-    ((run, files),) = runs_under(out).items()
-    assert not run.endswith("node1")  # rank 0's directory
-    assert {"trainsentry-probe.rank0.jsonl", "trainsentry-probe.rank1.jsonl"} <= files
+    runs = runs_under(out)
+    [job] = [run for run in runs if not jobs.member_of(run).ranked]  # the Trainer's TensorBoard run
+    assert not job.endswith("node1")  # rank 0's directory
+    assert runs[f"{job}/rank0"] == {"trainsentry-probe.rank0.jsonl"}
+    assert runs[f"{job}/rank1"] == {"trainsentry-probe.rank1.jsonl"}
+    assert {jobs.member_of(run).job for run in runs} == {job}
 
 
 # ---- Lightning ----------------------------------------------------------------------------

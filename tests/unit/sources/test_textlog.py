@@ -216,3 +216,39 @@ def test_the_last_traceback_of_a_finished_log_is_let_go_by_replay(tmp_path: Path
     events = list(iter_events([run]))
     assert [e.kind for e in events] == ["line", "traceback"]
     assert events[1].lines[-1] == "ValueError: no checkpoint to resume from"
+
+
+def test_a_log_of_many_ranks_gives_each_rank_its_own_events(tmp_path: Path) -> None:
+    """A Slurm job's output holds every rank's lines; torch.distributed prefixes an uncaught
+    exception's lines with `[rank<N>]:` (its excepthook): each rank's crash is its run's."""
+    crash = subprocess.run(
+        [sys.executable, "-c", "raise RuntimeError('Timed out waiting 10000ms for recv')"],
+        capture_output=True,
+        text=True,
+    ).stderr
+    prefixed = "".join(f"[rank2]: {line}\n" for line in crash.splitlines())
+    (tmp_path / "exp").mkdir()
+    log = tmp_path / "exp" / "slurm-77.out"
+    log.write_text("step 1 loss 2.3\n" + prefixed + "[rank0]: waiting\nsrun: error: node3\n")
+    found = [f for f in Root.watched(tmp_path).scan() if f.path == log]
+    tail = FileTail(found[0])
+    got = tail.read()
+    got.events.extend(tail.let_go())
+    runs = [(e.run, e.kind) for e in got.events]
+    assert runs == [
+        ("exp", "line"),
+        ("exp/rank2", "traceback"),
+        ("exp/rank0", "line"),
+        ("exp", "line"),
+    ]
+    assert tail.runs == {"exp", "exp/rank0", "exp/rank2"}
+
+
+def test_a_ranks_own_log_keeps_its_events(tmp_path: Path) -> None:
+    """torchrun's per-rank stderr.log is rank 3's already: a `[rank3]:` line stays there."""
+    directory = tmp_path / "j_k2j4h5g6" / "attempt_0" / "3"
+    directory.mkdir(parents=True)
+    (directory / "stderr.log").write_text("[rank3]: RuntimeError: boom\n")
+    [found] = Root.watched(tmp_path).scan()
+    got = FileTail(found).read()
+    assert [e.run for e in got.events] == ["j_k2j4h5g6/attempt_0/3"]
