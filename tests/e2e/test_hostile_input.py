@@ -354,3 +354,28 @@ def test_an_alias_bomb_on_sighup_keeps_the_old_rules_and_the_loop(tmp_path: Path
         d.wait_until(lambda: any("loss_nan" in x and " ok " in x for x in d.lines))
     finally:
         d.stop()
+
+
+def test_claimed_ranks_are_bounded_and_said(tmp_path: Path) -> None:
+    """A file that claims rank 10^9 is a run of its own, said once; a log of 100,000 ranks'
+    lines gives the first 4,096 a run each and keeps the rest in its own run."""
+    logs = tmp_path / "logs"
+    healthy_run_with_a_nan(logs)
+    (logs / "job").mkdir()
+    (logs / "job" / "rank_1000000000.jsonl").write_text(NAN_RUN)
+    (logs / "job" / "slurm-7.out").write_text(
+        "".join(f"[rank{r}]: step 1 of rank {r}\n" for r in range(100_000))
+    )
+    port = free_port()
+    d = daemon(tmp_path, "--http", f"127.0.0.1:{port}")
+    try:
+        pages_the_nan(d)
+        said = d.wait_for_text("names rank 1000000000, beyond the 999,999 a job has at most")
+        d.wait_until(lambda: any("loss_non_finite" in x and " job " in x for x in d.lines))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=10) as answer:
+            runs = json.loads(answer.read())
+    finally:
+        d.stop()
+    assert "rank_1000000000.jsonl" in said
+    ranked = [r for r in runs["runs"] if r["run"].startswith("job/rank")]
+    assert len(ranked) == 4096

@@ -175,6 +175,11 @@ def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_does_not() 
         assert outcomes == {True, False}, f"{name}: {outcomes}"
 
 
+def test_the_contract_is_what_the_daemon_exports() -> None:
+    exported = (REPO / "daemon" / "trainsentry" / "http_api" / "metrics.py").read_text()
+    assert all(f'"{name}"' in exported for name in CONTRACT), CONTRACT
+
+
 def test_the_rules_and_their_tests_name_only_the_contract_and_the_recordings() -> None:
     known = CONTRACT | recorded()
     for rule in rules():
@@ -298,25 +303,35 @@ def test_compose_mounts_only_files_that_are_there() -> None:
 
 
 def exposition(now: float) -> str:
-    """A daemon's /metrics with 4 ranks of job "llm" on 2 nodes; rank 3 straggles."""
-    lines = []
+    """A daemon's /metrics with 4 ranks of job "llm" on 2 nodes, each followed through
+    two runs as the daemon exports them: its torchrun log (the job's own data_time, 0.2 ms:
+    source "log") and the probe's files (a data_wait of 50 ms, forward_time: source "probe").
+    Rank 3 straggles in the probe's forward_time."""
+    ranks = [("0", "node-a", "0"), ("1", "node-a", "1"), ("2", "node-b", "0"), ("3", "node-b", "1")]
+    runs = []  # (labels of a rank's run, its values by (series, source))
+    for rank, node, local in ranks:
+        forward = 0.6 if rank == "3" else 0.3
+        for run, values in (
+            (f"llm/attempt_0/{local}", {("data_wait", "log"): 0.0002}),
+            (f"llm/rank{rank}", {("data_wait", "probe"): 0.05, ("forward_time", "probe"): forward}),
+        ):
+            labels = f'job="llm",rank="{rank}",node="{node}",attempt="0",run="{run}"'
+            runs.append((labels, values))
     families = {
-        "trainsentry_rank_step": lambda r: 120,
-        "trainsentry_rank_step_timestamp_seconds": lambda r: now,
-        "trainsentry_rank_step_duration_seconds": lambda r: 1.0,
+        "trainsentry_rank_step": 120,
+        "trainsentry_rank_step_timestamp_seconds": now,
+        "trainsentry_rank_step_duration_seconds": 1.0,
     }
-    ranks = [("0", "node-a"), ("1", "node-a"), ("2", "node-b"), ("3", "node-b")]
+    lines = []
     for family, value in families.items():
         lines.append(f"# TYPE {family} gauge")
-        for rank, node in ranks:
-            labels = f'job="llm",rank="{rank}",node="{node}",attempt="0"'
-            lines.append(f"{family}{{{labels}}} {value(rank)}")
+        lines.extend(f"{family}{{{labels}}} {value}" for labels, _ in runs)
     lines.append("# TYPE trainsentry_rank_value gauge")
-    for rank, node in ranks:
-        labels = f'job="llm",rank="{rank}",node="{node}",attempt="0"'
-        forward = 0.6 if rank == "3" else 0.3
-        lines.append(f'trainsentry_rank_value{{{labels},series="data_wait"}} 0.05')
-        lines.append(f'trainsentry_rank_value{{{labels},series="forward_time"}} {forward}')
+    for labels, values in runs:
+        for (series, source), value in values.items():
+            lines.append(
+                f'trainsentry_rank_value{{{labels},series="{series}",source="{source}"}} {value}'
+            )
     lines.append("# TYPE trainsentry_build_info gauge")
     lines.append('trainsentry_build_info{version="0.1.0"} 1')
     return "\n".join(lines) + "\n"
@@ -365,7 +380,8 @@ def test_a_real_prometheus_compares_the_ranks_of_a_scraped_daemon(
 ) -> None:
     """deploy/prometheus.yml as it is, but for the target and a 1 s cadence: the
     training job's `job` label survives the scrape, the rules record across the
-    ranks, and the straggler's alert goes pending on the slow rank."""
+    ranks, each source's on its own, and the straggler's alert goes pending on the
+    slow rank only (in one median of both sources, every probe run would)."""
     target, authorizations = daemon_metrics
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
@@ -389,12 +405,22 @@ def test_a_real_prometheus_compares_the_ranks_of_a_scraped_daemon(
         steps = query(port, "trainsentry_rank_step")
         assert {s["metric"]["job"] for s in steps} == {"llm"}
         assert not any("exported_job" in s["metric"] for s in steps)
-        ((count,),) = [[s["value"][1]] for s in query(port, "job:trainsentry_ranks:count")]
-        assert count == "4"
-        (alert,) = query(port, pending)
-        assert {k: alert["metric"][k] for k in ("job", "attempt", "rank", "node", "severity")} == {
-            "job": "llm", "attempt": "0", "rank": "3", "node": "node-b", "severity": "warning"
+        assert {s["metric"]["run"] for s in steps} == {
+            *(f"llm/rank{rank}" for rank in "0123"), "llm/attempt_0/0", "llm/attempt_0/1"
         }  # fmt: skip
+        ((count,),) = [[s["value"][1]] for s in query(port, "job:trainsentry_ranks:count")]
+        assert count == "4"  # each rank once, though two runs follow it
+        medians = query(port, "job:trainsentry_rank_own_time_seconds:median")
+        assert {s["metric"]["source"]: float(s["value"][1]) for s in medians} == {
+            "log": pytest.approx(0.0002), "probe": pytest.approx(0.35)
+        }  # fmt: skip
+        (alert,) = query(port, pending)
+        labels = ("job", "attempt", "rank", "node", "run", "source", "severity")
+        assert {k: alert["metric"][k] for k in labels} == {
+            "job": "llm", "attempt": "0", "rank": "3", "node": "node-b", "run": "llm/rank3",
+            "source": "probe", "severity": "warning",
+        }  # fmt: skip
+        assert not query(port, 'ALERTS{alertname="TrainsentryNodeSlow"}')
         assert query(port, "up") and query(port, "up")[0]["metric"]["job"] == "trainsentry"
         assert set(authorizations) == {"Bearer change-me"}  # prometheus.yml's token
     finally:
@@ -454,17 +480,24 @@ def test_alertmanager_yml_inhibits_within_a_job_only(tmp_path: Path) -> None:
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}/api/v2"
     job = {"attempt": "0"}
+    probe, log = {"source": "probe"}, {"source": "log"}
     sent = {
         "hang": fleet_alert("TrainsentryJobHung", "critical", job="llm", **job),
         "llm straggler": fleet_alert(
-            "TrainsentryRankStraggling", "warning", job="llm", rank="3", node="node-b", **job
+            "TrainsentryRankStraggling", "warning", job="llm", rank="3", node="node-b",
+            run="llm/rank3", **job, **probe,
         ),
-        "node": fleet_alert("TrainsentryNodeSlow", "warning", job="mt", node="node-b", **job),
+        "node": fleet_alert(
+            "TrainsentryNodeSlow", "warning", job="mt", node="node-b", **job, **probe
+        ),
+        # a slow node mutes its ranks' straggling of either source
         "mt straggler on the slow node": fleet_alert(
-            "TrainsentryRankStraggling", "warning", job="mt", rank="2", node="node-b", **job
+            "TrainsentryRankStraggling", "warning", job="mt", rank="2", node="node-b",
+            run="mt/attempt_0/0", **job, **log,
         ),
         "mt straggler elsewhere": fleet_alert(
-            "TrainsentryRankStraggling", "warning", job="mt", rank="0", node="node-a", **job
+            "TrainsentryRankStraggling", "warning", job="mt", rank="0", node="node-a",
+            run="mt/rank0", **job, **probe,
         ),
         "run critical": {"labels": {"alertname": "loss_nan", "severity": "critical",
                                     "run": "exp", "family": "loss"}},

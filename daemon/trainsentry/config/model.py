@@ -12,7 +12,6 @@ without a config file behaves as it always did.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +63,9 @@ class Config:
     snapshot_interval: float = 60.0  # seconds between saves of the alert state
     shard: Shard = ALL
     link_template: str | None = None
-    node: str = field(default_factory=lambda: Config.node_default())  # labels ranks on /metrics
+    # the node ranks are labelled with on /metrics; None: the host the probe's meta record
+    # names, else this host's name
+    node: str | None = None
     http: HttpSettings = field(default_factory=HttpSettings)
     routes: tuple[Route, ...] = field(default=(), repr=False)  # apprise and Alertmanager
     group_wait: float = GROUP_WAIT_SECONDS
@@ -72,11 +73,6 @@ class Config:
     repeat_interval: float = REPEAT_INTERVAL_SECONDS
     rate_limit: tuple[int, float] | None = RATE_LIMIT
     notify_timeout: float = SEND_TIMEOUT_SECONDS
-
-    @staticmethod
-    def node_default() -> str:
-        """The host name: where a daemon runs beside its node's jobs, that node."""
-        return socket.gethostname() or "localhost"
 
     def describe(self) -> str:
         """One line for the startup log, with no secret in it (so no URL either)."""

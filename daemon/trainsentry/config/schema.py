@@ -328,9 +328,16 @@ class ConfigSpec(Strict):
     shard: ShardField = ALL
     link_template: str | None = None
     # the node this daemon runs beside, as /metrics labels the ranks it follows (a fleet's
-    # Prometheus tells nodes apart by it); None: the host name
-    node: str | None = Field(default=None, min_length=1, max_length=253, pattern=r"^[^\s]+$")
+    # Prometheus tells nodes apart by it); None: the host the probe names, else this host
+    node: str | None = None
     http: Annotated[HttpSpec, BeforeValidator(_http_shorthand)] = Field(default_factory=HttpSpec)
     notify: Annotated[NotifySpec, BeforeValidator(_empty_mapping)] = Field(
         default_factory=NotifySpec
     )
+
+    @field_validator("node")
+    @classmethod
+    def _node_name(cls, value: str | None) -> str | None:
+        if value is not None and (not 0 < len(value) <= 253 or any(c.isspace() for c in value)):
+            raise ValueError(f"expected a node's name (a host name, no spaces), got {value!r}")
+        return value

@@ -201,8 +201,8 @@ def _ranks(snap: DaemonSnapshot) -> Iterator[Metric]:
     values = GaugeMetricFamily(
         "trainsentry_rank_value",
         "The rank's latest value of a series compared across ranks (data_wait, forward_time,"
-        " step_time, loss, grad_norm, gpu_util).",
-        labels=[*RANK_LABELS, "series"],
+        " step_time, loss, grad_norm, gpu_util), from the probe or the job's own logs.",
+        labels=[*RANK_LABELS, "series", "source"],
     )
     errors = GaugeMetricFamily(
         "trainsentry_rank_last_error_info",
@@ -217,8 +217,8 @@ def _ranks(snap: DaemonSnapshot) -> Iterator[Metric]:
             stamp.add_metric(labels, r.last_wall_time)
         if math.isfinite(r.step_seconds):
             pace.add_metric(labels, r.step_seconds)
-        for series, value in sorted(r.values.items()):
-            values.add_metric([*labels, series], value)
+        for (series, source), value in sorted(r.values.items()):
+            values.add_metric([*labels, series, source], value)
         if r.last_error:
             errors.add_metric([*labels, r.last_error], 1)
     yield from (step, stamp, pace, values, errors)

@@ -47,7 +47,8 @@ class RunStatus:
     attempt: int | None = None
     node: str = ""
     step_seconds: float = math.nan  # the rank's recent pace, seconds per step
-    values: Mapping[str, float] = field(default_factory=dict)  # latest of the exported series
+    # the latest of each exported series, by (series, source: "probe" or "log")
+    values: Mapping[tuple[str, str], float] = field(default_factory=dict)
     last_error: str = ""
 
 

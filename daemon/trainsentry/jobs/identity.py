@@ -32,10 +32,10 @@ from functools import lru_cache
 
 # a rank as a path component or in a file's name: rank3, rank_3, rank-3, rank.3 (any case)
 _RANK_COMPONENT = re.compile(r"^rank[_.-]?(\d{1,6})$", re.IGNORECASE)
-_RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[_.-]?(\d{1,6})(?=[._-]|$)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[_.-]?(\d+)(?=[._-]|$)", re.IGNORECASE)
 # Slurm's per-task output, `--output=slurm-%j-%t.out` (or `.%t`); an array's default
 # `slurm-%A_%a.out` names array tasks, which are jobs of their own, with an underscore
-_SLURM_TASK = re.compile(r"^slurm-(\d+)[.-](\d{1,6})\.(?:out|err|log)$")
+_SLURM_TASK = re.compile(r"^slurm-(\d+)[.-](\d+)\.(?:out|err|log)$")
 # torch.distributed's excepthook marks each line of an uncaught exception `[rank<global
 # rank>]:`, torchrun's `--tee` each line of a worker `[default<local rank>]:` (the role
 # and local rank): grouping a text log into events and quoting one look past it, and a
@@ -45,9 +45,12 @@ _ATTEMPT = re.compile(r"^attempt[_-]?(\d{1,6})$")
 # mkdtemp's suffix, as torchrun's agent names its log directory `<rdzv id>_<8 random>`
 _AGENT_DIR = re.compile(r"^(.+)_([a-z0-9_]{8})$")
 TORCHRUN_DEFAULT_ID = "none"
-# a rank number beyond any real job's (the largest run on record have ~10^5 ranks):
+# a rank number beyond any real job's (the largest runs on record have ~10^5 ranks):
 # a file claiming rank 10^9 is named so, but is no rank of a job
 MAX_RANK = 999_999
+# Ranks of one group compared with one another (rules/ranks.py): the first this many; a
+# job of more is read and judged rank by rank like any run, its ranks not compared.
+MAX_RANKS_COMPARED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +78,32 @@ class Member:
         return out
 
 
-def rank_in_name(name: str) -> int | None:
-    """The rank a log file's name carries (`rank_3.jsonl`, `slurm-123-3.out`), else None."""
+def _claimed(name: str) -> str | None:
+    """The digits of the rank a file's name claims (`rank_3.jsonl`, `slurm-123-3.out`)."""
     slurm = _SLURM_TASK.match(name)
     if slurm is not None:
-        return _bounded(slurm.group(2))
+        return slurm.group(2)
     found = _RANK_IN_NAME.search(name)
-    return _bounded(found.group(1)) if found is not None else None
+    return found.group(1) if found is not None else None
+
+
+def rank_in_name(name: str) -> int | None:
+    """The rank a log file's name carries, else None (also for a rank past MAX_RANK)."""
+    claimed = _claimed(name)
+    return _bounded(claimed) if claimed is not None else None
+
+
+def rank_refused(name: str) -> str | None:
+    """Why a file's name that claims a rank is read as no rank's (None: it claims none, or
+    one within bounds)."""
+    claimed = _claimed(name)
+    if claimed is None or _bounded(claimed) is not None:
+        return None
+    shown = claimed if len(claimed) <= 12 else f"{claimed[:12]}..."
+    return (
+        f"names rank {shown}, beyond the {MAX_RANK:,} a job has at most: read as a run of"
+        " its own, no rank of a job"
+    )
 
 
 def rank_of_line(line: str) -> int | None:
@@ -147,5 +169,7 @@ def same_job(run: str, other: str) -> bool:
 
 
 def _bounded(digits: str) -> int | None:
+    if len(digits) > len(str(MAX_RANK)):  # int() of a 10^5-digit name would cost seconds
+        return None
     rank = int(digits)
     return rank if rank <= MAX_RANK else None

@@ -20,7 +20,6 @@ are no ranks of a job fire as usual.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from trainsentry.jobs import member_of
@@ -30,12 +29,12 @@ from trainsentry.rules import model as m
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """A rank's timeout, held: what `LogEngine._matched` fires once the hang is decided."""
+    """A rank's timeout, held: what `LogEngine._matched` fires once the hang is decided (its
+    rule's regex matched again then: a match object cannot be saved with the alert state)."""
 
     run: str
     rule: m.Rule
     event: TextEvent
-    match: re.Match[str]
     step: int
     wall: float
 

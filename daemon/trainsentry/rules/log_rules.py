@@ -175,7 +175,7 @@ class LogEngine:
                 if match is None:
                     continue
                 matched = matched or not cond.fallback
-                if cond.collective_timeout and self._held(rule, event, match, step, wall):
+                if cond.collective_timeout and self._held(rule, event, step, wall):
                     continue
                 self._matched(run, rule, event, match, step, wall, out)
             self._timers(run, step, wall, out)
@@ -185,19 +185,19 @@ class LogEngine:
 
     # --- a collective hang, named by the rank the others waited for (hang.py) ---
 
-    def _held(
-        self, rule: m.Rule, event: TextEvent, match: re.Match[str], step: int, wall: float
-    ) -> bool:
+    def _held(self, rule: m.Rule, event: TextEvent, step: int, wall: float) -> bool:
         group = member_of(event.run).group
-        report = Report(event.run, rule, event, match, step, wall)
+        report = Report(event.run, rule, event, step, wall)
         return self.hang.hold(report, self._ranks_of().get(group, set()))
 
-    def _ranks_of(self) -> dict[str, set[str]]:
-        """The ranks of each group whose metrics or text were seen."""
+    def _ranks_of(self, *, alive: bool = False) -> dict[str, set[str]]:
+        """The ranks of each group whose metrics or text were seen; `alive`: only those
+        whose life has not ended (a rank that crashed with an error of its own meanwhile,
+        a peer's exit it read as one, did not block the others: it said something)."""
         out: dict[str, set[str]] = {}
-        for name in self._runs:
+        for name, run in self._runs.items():
             member = member_of(name)
-            if member.ranked:
+            if member.ranked and not (alive and run.life.ended):
                 out.setdefault(member.group, set()).add(name)
         return out
 
@@ -206,13 +206,22 @@ class LogEngine:
         inf at the end of a replay)."""
         out = [] if out is None else out
         if self.hang.waiting:
-            self._decided(self.hang.due(now, self._ranks_of()), out)
+            self._decided(self.hang.due(now, self._ranks_of(alive=True)), out)
         return out
 
     def _decided(self, verdicts: list[Verdict], out: list[Transition]) -> None:
         """Page the rank the others waited for, then the waiting ranks' own timeouts."""
+        regexes = {rule: regex for rule, regex, *_ in self._compiled}
         for verdict in verdicts:
-            first = verdict.reports[0]
+            matched = [
+                (report, found)
+                for report in verdict.reports
+                if (regex := regexes.get(report.rule)) is not None
+                and (found := regex.search(report.event.text)) is not None
+            ]  # a reload may have changed or dropped the rule since it held the report
+            if not matched:
+                continue
+            first, first_match = matched[0]
             rule = self._hang_rule
             if verdict.blocked and rule is not None:
                 blocked = verdict.blocked[0]
@@ -224,7 +233,7 @@ class LogEngine:
                     alert.matches += 1
                     alert.first = alert.last = (first.step, first.wall)
                     alert.event = first.event
-                    alert.telling = telling(first.event, first.match)
+                    alert.telling = telling(first.event, first_match)
                     alert.labels = {
                         **dict(rule.labels),
                         "blocked": ",".join(_rank_name(r) for r in verdict.blocked),
@@ -233,11 +242,9 @@ class LogEngine:
                     alert.message = self._hang_message(verdict, alert.telling[0])
                     alert.firing = True
                     out.append(self._transition(alert, "firing", first.step, first.wall, None))
-            for report in verdict.reports:
+            for report, found in matched:
                 run = self._run(report.run)
-                self._matched(
-                    run, report.rule, report.event, report.match, report.step, report.wall, out
-                )
+                self._matched(run, report.rule, report.event, found, report.step, report.wall, out)
 
     def _hang_message(self, verdict: Verdict, timeout_line: str) -> str:
         first = verdict.reports[0]

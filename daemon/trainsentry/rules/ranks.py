@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from trainsentry.jobs import member_of
+from trainsentry.jobs.identity import MAX_RANKS_COMPARED
 from trainsentry.rules import model as m
 from trainsentry.rules.condition import RunView, fmt
 
@@ -35,9 +36,6 @@ from trainsentry.rules.condition import RunView, fmt
 # this many, the oldest are dropped uncompared, so a job whose rank stopped costs a
 # bounded few kB per series. A live job's ranks are within a step or two of each other.
 MAX_PENDING_STEPS = 1024
-# Ranks one comparison takes: a job of more (the largest runs have ~10^5) is compared
-# on the first this many; the rest are read and judged by every other rule as usual.
-MAX_RANKS = 4096
 # deviations (one per rank a compared step) kept for a band's typical spread
 MAX_SPREAD = 4096
 
@@ -71,7 +69,7 @@ class RankComparison:
         """A rank's point; the verdicts of the steps it completed, in step order."""
         latest = self.latest.get(run)
         if latest is None:
-            if len(self.latest) >= MAX_RANKS:
+            if len(self.latest) >= MAX_RANKS_COMPARED:
                 return []
             rank = member_of(run).rank
             self.names[run] = f"rank {rank}" if rank is not None else run

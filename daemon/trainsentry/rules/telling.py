@@ -14,7 +14,6 @@ from trainsentry.jobs.identity import RANK_PREFIX
 from trainsentry.point import TextEvent
 
 TELLING_LINES = 5
-_INDENTED = re.compile(rf"(?:{RANK_PREFIX.pattern})?\s")
 # lines under an exception line that continue it (CUDA's hints, c10's C++ stack)
 _CONTINUATION = re.compile(
     r"^(?:frame #\d+|Exception raised from |CUDA kernel errors might"
@@ -34,14 +33,14 @@ def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
         i
         for i, line in enumerate(lines)
         if line.strip()
-        and not _INDENTED.match(line)
+        and not _indented(line)
         and not _bare(line).startswith(_NOT_EXCEPTION)
         and not _CONTINUATION.match(_bare(line))
     ]
     if not exceptions:
         return (hit,)
     last = exceptions[-1]
-    frames = [x.strip() for x in lines[:last] if _INDENTED.match(x) and x.strip()]
+    frames = [x.strip() for x in lines[:last] if _indented(x) and x.strip()]
     frames = [f for f in frames if set(f) - set("^~ ")][-2:]  # no caret markers
     out = [lines[last].strip(), *frames]
     if hit not in out and not _bare(hit).startswith(_NOT_EXCEPTION):
@@ -54,3 +53,11 @@ def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
 
 def _bare(line: str) -> str:
     return RANK_PREFIX.sub("", line.strip(), count=1)
+
+
+def _indented(line: str) -> bool:
+    """A frame or a continuation: indented once the rank prefix is off (torch's excepthook
+    writes `[rank2]: ` before every line, so an exception line has that one space)."""
+    found = RANK_PREFIX.match(line)
+    rest = line[found.end() :] if found is not None else line
+    return rest[:1].isspace()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 
+from trainsentry.jobs.identity import rank_refused
 from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.sources.access import AccessProblems
@@ -376,6 +377,9 @@ class Daemon:
             walked += dirs
             for found in found_files:
                 key = str(found.path)
+                if key not in self._refused and (claim := rank_refused(found.path.name)):
+                    self._refused.add(key)  # said once a path, as refusals are
+                    log.warning("%s: %s", safe_name(key), claim)
                 if found.kind != "mlflow_db" and not self._owned(found.run):
                     continue  # a store of many runs is read by every shard, for its own
                 if key not in self._tails and self._room_for(found.run):

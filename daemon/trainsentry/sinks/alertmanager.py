@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from trainsentry.alert import Notice, Transition
+from trainsentry.jobs import member_of
 from trainsentry.sinks.base import Message, SendResult, timeout_for
 from trainsentry.sinks.masking import mask_url
 
@@ -58,6 +59,8 @@ def _labels(alert: Transition, severity: str) -> dict[str, str]:
         metric=alert.metric,
         family=alert.family or alert.rule,
     )
+    # the job, and a rank's rank and attempt: Alertmanager groups a job's ranks as one
+    labels.update({k: str(v) for k, v in member_of(alert.run).keys().items()})
     return labels
 
 

@@ -50,6 +50,7 @@ def test_a_firing_alert_is_posted_with_labels_annotations_and_validity(
     assert alert["labels"] == {
         "alertname": "loss_spike",
         "run": "exp1/seed0",
+        "job": "exp1/seed0",
         "severity": "critical",
         "rule": "loss_spike",
         "metric": "train/loss",
@@ -197,3 +198,14 @@ def test_a_resolve_held_for_alertmanager_is_not_overtaken_by_a_new_firing(
     h.advance(60)
     last = am.requests[-1].json()
     assert ts(last[-1]["endsAt"]) > h.clock.now  # it ends firing, as the run is
+
+
+def test_a_ranks_alert_carries_its_job_and_rank_for_alertmanager_to_group_by(
+    tmp_path: Path, am: HttpReceiver
+) -> None:
+    h = harness(tmp_path, am)
+    h.notifier.submit([transition(severity="critical", run="logs/llm7_k2j4h5g6/attempt_1/3")])
+    h.deliver()
+    [alert] = am.requests[0].json()
+    labels = alert["labels"]
+    assert (labels["job"], labels["rank"], labels["attempt"]) == ("logs/llm7", "3", "1")

@@ -359,3 +359,11 @@ def test_flags_win_over_the_environment_which_wins_over_the_file(
     monkeypatch.setenv("TRAINSENTRY_HISTORY", "1h")
     assert shows_old_alert(tmp_path)
     assert not shows_old_alert(tmp_path, "--history", "5m")
+
+
+def test_the_node_names_the_ranks_of_this_daemon(tmp_path: Path) -> None:
+    assert load(tmp_path, "node: gpu-node-17\n").node == "gpu-node-17"
+    assert load(tmp_path, "poll: 5\n").node is None  # the probe's host, else this host's name
+    assert load(tmp_path, "node: a\n", {"TRAINSENTRY_NODE": "b"}).node == "b"
+    [err] = errors_of(tmp_path, "node: two words\n")
+    assert err.startswith("cfg:1:7: `node`:") and "two words" in err

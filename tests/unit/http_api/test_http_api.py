@@ -454,7 +454,7 @@ def rank_status(rank: int, step: int, *, state: str = "running", node: str = "gp
         attempt=0,
         node=node,
         step_seconds=0.25,
-        values={"data_wait": 0.01 * (rank + 1), "loss": 2.0},
+        values={("data_wait", "log"): 0.01 * (rank + 1), ("loss", "probe"): 2.0},
         last_error="RuntimeError: boom" if rank == 1 else "",
     )
 
@@ -508,7 +508,9 @@ def test_the_ranks_of_running_jobs_are_exported_for_the_fleet(view: FakeView) ->
     }
     assert samples[("trainsentry_rank_step_timestamp_seconds", "0", None)][0] == NOW - 2
     assert samples[("trainsentry_rank_step_duration_seconds", "0", None)][0] == 0.25
-    assert samples[("trainsentry_rank_value", "1", "data_wait")][0] == 0.02
+    value, labels = samples[("trainsentry_rank_value", "1", "data_wait")]
+    assert value == 0.02 and labels["source"] == "log"
+    assert samples[("trainsentry_rank_value", "1", "loss")][1]["source"] == "probe"
     error = samples[("trainsentry_rank_last_error_info", "1", None)][1]
     assert error["line"] == "RuntimeError: boom"
     assert ("trainsentry_rank_step", "2", None) not in samples  # crashed: no rank of a live job

@@ -206,3 +206,20 @@ def test_ranks_that_stopped_together_are_said_so(pack) -> None:  # type: ignore[
     assert (
         "all 4 ranks of job stopped at step 59 within 0 s of each other: none is behind" in message
     )
+
+
+def test_a_restart_of_the_daemon_keeps_the_comparisons(pack) -> None:  # type: ignore[no-untyped-def]
+    """The engine is saved (pickled) with the alert state: a daemon restarted mid-job
+    judges the ranks' next steps as the one before it would have."""
+    import pickle
+
+    def wait(rank: int, step: int) -> float:
+        return 0.005 + (0.04 if rank == 2 and step >= 300 else 0.0)
+
+    by_step = ranks_logging(1500, wait, "probe/data_wait")
+    want = [t.as_dict() for t in fed(Engine(pack), by_step)]
+    engine = Engine(pack)
+    got = fed(engine, by_step[:500])
+    engine = pickle.loads(pickle.dumps(engine))
+    got += fed(engine, by_step[500:])
+    assert [t.as_dict() for t in got] == want and want
