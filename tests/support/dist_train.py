@@ -48,6 +48,12 @@ Faults (ranks are global ranks; steps count from 0):
   gradient all-reduce until the process group's timeout (`--pg-timeout`,
   default 1800 s) raises, and torchrun tears the job down.
 
+`--checkpoint FILE --checkpoint-every N`: rank 0 saves the model, the optimizer and
+the step every N steps (atomically), and an attempt that finds FILE resumes from
+the step after it; with `--crash-after-checkpoint` rank 0 raises right after each
+attempt's first save, so under `torchrun --max-restarts` every attempt gets N
+steps further and dies (a crash loop that progresses).
+
 `--record-errors` runs main under torch.distributed.elastic's `@record`, so a
 rank that raises writes its traceback to the error.json torchrun names in
 $TORCHELASTIC_ERROR_FILE (without it torchrun reports `error_file: <N/A>`).
@@ -64,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import timedelta
@@ -96,6 +103,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-rank", type=int, default=None)
     p.add_argument("--block-at", type=int, default=None)
     p.add_argument("--block-seconds", type=float, default=600.0)
+    p.add_argument("--checkpoint", default=None, help="a file: saved by rank 0, resumed from")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between saves")
+    p.add_argument(
+        "--crash-after-checkpoint",
+        action="store_true",
+        help="rank 0 raises right after each attempt's first save (a crash loop that progresses)",
+    )
     p.add_argument("--probe", action="store_true", help="attach trainsentry_probe.watch")
     p.add_argument("--probe-all-ranks", action="store_true")
     p.add_argument(
@@ -108,6 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--block-rank and --block-at go together")
     if args.probe and not args.logdir:
         p.error("--probe needs --logdir")
+    if (args.checkpoint is None) != (args.checkpoint_every == 0):
+        p.error("--checkpoint and --checkpoint-every go together")
     return args
 
 
@@ -148,11 +164,17 @@ def main(argv: list[str] | None = None) -> None:
 
         probe = trainsentry_probe.watch(ddp, opt, args.logdir, all_ranks=args.probe_all_ranks)
     gen = torch.Generator().manual_seed(args.seed * 1000 + 100 + rank)
+    first = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):  # a restarted attempt resumes
+        state = torch.load(args.checkpoint, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        first = int(state["step"]) + 1
 
     def slow(step: int, where: str) -> bool:
         return rank == args.slow_rank and step >= args.slow_from and args.slow_where == where
 
-    for step in range(args.steps):
+    for step in range(first, args.steps):
         start = time.perf_counter()
         if slow(step, "data"):
             time.sleep(args.slow_seconds)
@@ -185,6 +207,14 @@ def main(argv: list[str] | None = None) -> None:
                 "time": time.time(),
             }
         )
+        if args.checkpoint and (step + 1) % args.checkpoint_every == 0:
+            if rank == 0:  # whole or not at all: a crash mid-save leaves the last one
+                saved = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}
+                torch.save(saved, args.checkpoint + ".tmp")
+                os.replace(args.checkpoint + ".tmp", args.checkpoint)
+            dist.barrier()
+            if args.crash_after_checkpoint and rank == 0:
+                raise RuntimeError(f"injected crash after the checkpoint of step {step}")
         if args.seconds_per_step > 0:
             time.sleep(args.seconds_per_step)
 

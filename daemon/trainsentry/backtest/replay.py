@@ -55,14 +55,16 @@ def replay_transitions(
     feed = sorted(points, key=wall_order) if order == "time" else points
     texts = LogEngine(ruleset)
     ends = list(ends)
-    if not texts.rules and not ends:
+    if not texts.rules and not texts.restart_rules and not ends:
         out = engine.feed_all(feed)
         out.extend(engine.finish_all())
         if lives is not None:
             lives.update({t.run: RunLife("finished") for t in out if t.run not in lives})
         return out
     last: dict[str, Point] = {}
-    out = engine.feed_all(_noting(feed, last))
+    restarts: list[Transition] = []  # a job's attempts, judged record by record as live
+    out = engine.feed_all(_noting(feed, last, texts, restarts))
+    out.extend(restarts)
     for run, point in last.items():
         out.extend(texts.saw(run, point.step, point.wall_time))
     out.extend(texts.feed(events))
@@ -81,9 +83,14 @@ def replay_transitions(
     return out
 
 
-def _noting(points: Iterable[Point], last: dict[str, Point]) -> Iterator[Point]:
+def _noting(
+    points: Iterable[Point], last: dict[str, Point], texts: LogEngine, restarts: list[Transition]
+) -> Iterator[Point]:
     for point in points:
+        before = last.get(point.run)
         last[point.run] = point
+        if before is None or (before.step, before.wall_time) != (point.step, point.wall_time):
+            restarts.extend(texts.stepped(point.run, ((point.step, point.wall_time),)))
         yield point
 
 

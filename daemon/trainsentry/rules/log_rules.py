@@ -45,12 +45,14 @@ from trainsentry.jobs import member_of
 from trainsentry.jobs.identity import RANK_PREFIX
 from trainsentry.point import ProbeMark, TextEvent
 from trainsentry.rules import model as m
+from trainsentry.rules.attempts import Attempts, Restart, judged
 from trainsentry.rules.hang import HangWatch, Report, Verdict, by_rank
 from trainsentry.rules.needles import needles
 from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
 from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
+ATTEMPTS_METRIC = "attempts"  # the metric of a restarts alert: the job's attempts
 RESTART_GRACE = 30.0
 
 
@@ -78,6 +80,7 @@ class LogAlert:
     labels: dict[str, str] = field(default_factory=dict)
     message: str = ""
     telling: tuple[str, ...] = ()
+    metric: str = LOG_METRIC  # ATTEMPTS_METRIC for a restarts rule's
 
 
 @dataclass(eq=False, slots=True)
@@ -95,6 +98,7 @@ class LogEngine:
         self.ended: list[tuple[str, RunLife]] = []  # runs that just ended; the runtime takes them
         self._load(rules)
         self.hang = HangWatch(self._hang_rule)  # ranks' collective timeouts held (hang.py)
+        self.attempts = Attempts()  # every job's attempts across restarts (attempts.py)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
         every = rules.rules if isinstance(rules, m.RuleSet) else tuple(rules)
@@ -110,6 +114,7 @@ class LogEngine:
         self._hang_rule = next(
             (r for r in every if isinstance(r.condition, m.CollectiveHang)), None
         )
+        self.restart_rules = tuple(r for r in every if isinstance(r.condition, m.Restarts))
 
     def _for(self, kind: str, level: str) -> _Applicable:
         """The rules for events of this kind and level, and every needle of theirs (None
@@ -136,6 +141,7 @@ class LogEngine:
         self._decided(self.hang.reload(self._hang_rule), out)
         if self._hang_rule is not None:
             keep[self._hang_rule.name] = self._hang_rule
+        keep.update((r.name, r) for r in self.restart_rules)
         for run in self._runs.values():
             for name, alert in list(run.alerts.items()):
                 if keep.get(name) != alert.rule:
@@ -283,6 +289,34 @@ class LogEngine:
         self._timers(run, step, wall, out)
         return out
 
+    def stepped(self, run_id: str, records: Iterable[tuple[int, float]]) -> list[Transition]:
+        """A run's records (step, stamp), each: the attempts of its job (attempts.py). Each
+        record, not a read's last: a read of a backlog may hold the end of one attempt and
+        the beginning of the next, the step going back between them."""
+        out: list[Transition] = []
+        saw = self.attempts.saw
+        for step, wall in records:
+            restart = saw(run_id, step, wall)
+            if restart is not None:
+                self._restarted(self._run(run_id), restart, out)
+        return out
+
+    def _restarted(self, run: _Run, restart: Restart, out: list[Transition]) -> None:
+        """A job's new attempt began with this run's point: the restarts rules judge it."""
+        for rule in self.restart_rules:
+            fired, said = judged(rule.condition, restart)  # type: ignore[arg-type]
+            alert = run.alerts.get(rule.name)
+            if not fired or (alert is not None and alert.firing):
+                continue
+            if alert is None:
+                alert = run.alerts[rule.name] = LogAlert(rule, restart.run, metric=ATTEMPTS_METRIC)
+            alert.matches = restart.restarts
+            alert.first = alert.last = (restart.step, restart.wall)
+            alert.labels = {**dict(rule.labels), "attempt": str(len(restart.recent) - 1)}
+            alert.message = said
+            alert.firing = True
+            out.append(self._transition(alert, "firing", restart.step, restart.wall, None))
+
     def _matched(
         self,
         run: _Run,
@@ -317,6 +351,7 @@ class LogEngine:
             first = not life.ended
             life.state, life.ended_wall, life.by_fallback = cond.ends_run, wall, cond.fallback
             life.cause = _cause(cond.cause, groups, alert.telling[0])
+            self.attempts.ended(event.run, life.cause)
             if first:
                 self.ended.append((event.run, life))
 
@@ -329,7 +364,8 @@ class LogEngine:
             if alert.firing:
                 span = rule.keep_firing_for
                 if span is not None and _gap(span, alert.last, step, wall):
-                    out.append(self._resolved(alert, run, f"no longer logged for {span}"))
+                    quiet = "no restart" if alert.metric == ATTEMPTS_METRIC else "no longer logged"
+                    out.append(self._resolved(alert, run, f"{quiet} for {span}"))
                     alert.firing, alert.matches = False, 0
             elif rule.for_ is not None and _gap(rule.for_, alert.last, step, wall, strictly=True):
                 alert.matches = 0
@@ -390,6 +426,7 @@ class LogEngine:
         if life.ended:
             return
         life.state, life.cause, life.ended_wall = state, cause, wall
+        self.attempts.ended(run_id, cause or state)
         self.ended.append((run_id, life))
 
     # --- ending ---
@@ -397,6 +434,7 @@ class LogEngine:
     def finish(self, run_id: str, reason: str = "run finished") -> list[Transition]:
         """Resolve what fires on a run and forget it; a run that ended says how."""
         run = self._runs.pop(run_id, None)
+        self.attempts.forget(run_id)
         if run is None:
             return []
         if run.life.ended and reason in ("run finished", "run deleted"):
@@ -468,7 +506,11 @@ class LogEngine:
         self, alert: LogAlert, state: str, step: int, wall: float, reason: str | None
     ) -> Transition:
         rule, event = alert.rule, alert.event
-        message = alert.message if state == "firing" else f"resolved ({reason}): log at step {step}"
+        message = (
+            alert.message
+            if state == "firing"
+            else f"resolved ({reason}): {alert.metric} at step {step}"
+        )
         log = None
         if event is not None:
             log = {"path": event.path, "line": event.line, "lines": list(alert.telling)}
@@ -479,10 +521,10 @@ class LogEngine:
             state="firing" if state == "firing" else "resolved",
             step=step,
             wall_time=wall,
-            metric=LOG_METRIC,
+            metric=alert.metric,
             value=float(alert.matches),
             message=message,
-            canonical=LOG_METRIC,
+            canonical=alert.metric,
             family=rule.group,
             reason=reason,
             runbook=rule.runbook,
@@ -492,8 +534,8 @@ class LogEngine:
 
 
 def _cause(template: str | None, groups: dict[str, str], line: str) -> str:
-    if template is None:
-        return line
+    if template is None:  # the line as a cause: a rank's prefix says nothing its run does not
+        return RANK_PREFIX.sub("", line, count=1)
     try:
         return template.format_map(groups)
     except (ValueError, KeyError, IndexError):

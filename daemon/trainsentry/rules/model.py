@@ -287,6 +287,16 @@ class AcrossRanks:
     min_ranks: int = 3  # two ranks cannot say which of them is the odd one
 
 
+@dataclass(frozen=True, slots=True)
+class Restarts:
+    """A job's new attempt (rules/attempts.py): each restart; `storm` restarts within
+    `within` seconds; or the last `no_progress` restarts resumed at no later step."""
+
+    storm: int | None = None
+    within: float | None = None
+    no_progress: int | None = None
+
+
 RunEnd = Literal["crashed", "preempted", "cancelled", "finished"]
 
 
@@ -350,6 +360,7 @@ Condition = (
     | AcrossRanks
     | Pattern
     | CollectiveHang
+    | Restarts
 )
 
 

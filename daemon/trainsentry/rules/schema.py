@@ -288,7 +288,24 @@ class CollectiveHangSpec(Strict):
         return value
 
 
-TEXT_KINDS = ("pattern", "collective_hang")  # rules on text logs (log_rules.py), not series
+class RestartsSpec(Strict):
+    storm: int | None = Field(None, ge=1)
+    within: SpanField | None = None
+    no_progress: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_test(self) -> RestartsSpec:
+        if (self.storm is None) != (self.within is None):
+            raise ValueError("a storm is `storm: N` restarts `within: SPAN`, both")
+        if self.within is not None and self.within.unit != "seconds":
+            raise ValueError("`within` is a time, e.g. `30m`")
+        if self.storm is not None and self.no_progress is not None:
+            raise ValueError("one of `storm` or `no_progress` a rule (or neither: every restart)")
+        return self
+
+
+# rules on text logs and job life (log_rules.py), not series
+TEXT_KINDS = ("pattern", "collective_hang", "restarts")
 CONDITIONS: dict[str, type[Strict]] = {
     "non_finite": NonFiniteSpec,
     "threshold": ThresholdSpec,
@@ -304,6 +321,7 @@ CONDITIONS: dict[str, type[Strict]] = {
     "across_ranks": AcrossRanksSpec,
     "pattern": PatternSpec,
     "collective_hang": CollectiveHangSpec,
+    "restarts": RestartsSpec,
 }
 
 
@@ -346,6 +364,7 @@ class RuleSpec(Strict):
     across_ranks: AcrossRanksSpec | None = None
     pattern: PatternSpec | None = None
     collective_hang: CollectiveHangSpec | None = None
+    restarts: RestartsSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -427,6 +446,8 @@ class RuleSpec(Strict):
             fields["min_gap"] = fields["min_gap"].amount
         if kind == "collective_hang":
             fields["grace"] = fields["grace"].amount
+        if kind == "restarts" and fields["within"] is not None:
+            fields["within"] = fields["within"].amount
         if kind == "growth" and fields["critical_within"] is not None:
             fields["critical_within"] = fields["critical_within"].amount
         if kind == "pattern":
@@ -474,6 +495,7 @@ _DATACLASSES: dict[str, Any] = {
     "across_ranks": m.AcrossRanks,
     "pattern": m.Pattern,
     "collective_hang": m.CollectiveHang,
+    "restarts": m.Restarts,
 }
 
 

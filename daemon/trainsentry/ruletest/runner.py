@@ -156,9 +156,9 @@ class _Logs:
         self.decoders: dict[str, LogDecoder] = {}
         self.k = 0
 
-    def feed_until(self, step: int, out: list[Transition]) -> None:
+    def feed_until(self, wall: float, out: list[Transition]) -> None:
         logs = self.case.logs
-        while self.k < len(logs) and logs[self.k][0] <= step:
+        while self.k < len(logs) and logs[self.k][1] <= wall:
             at, wall, path, text, run = logs[self.k]
             self.k += 1
             out.extend(self.engine.saw(run, at, wall))
@@ -186,14 +186,15 @@ def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) ->
     for step, wall in case.ticks:
         while pending and pending[0].step < step:
             snapshots.append((pending.pop(0).step, shown()))
-        while k < len(points) and points[k].step <= step:
+        while k < len(points) and points[k].wall_time <= wall:
             point = points[k]
             k += 1
+            out.extend(texts.stepped(point.run, ((point.step, point.wall_time),)))
             out.extend(texts.saw(point.run, point.step, point.wall_time))
             life = texts.life(point.run)
             if life is None or not life.ended:  # as the daemon does (runtime/service.py)
                 out.extend(engine.feed(point))
-        logs.feed_until(step, out)
+        logs.feed_until(wall, out)
         while texts.ended:
             run, life = texts.ended.pop(0)
             out.extend(engine.finish(run, life.reason))

@@ -39,12 +39,22 @@ class SeriesSpec(Strict):
 
 class LogSpec(Strict):
     """Text a job wrote at a step: read as its log file would be (sources/textlog.py); with
-    `rank`, the log of that rank of the case's job."""
+    `rank`, the log of that rank of the case's job; with `attempt`, of that attempt."""
 
     step: int
     text: str
     path: str = "stdout.log"
     rank: int | None = Field(None, ge=0)
+    attempt: int | None = Field(None, ge=0)
+
+
+class AttemptSpec(Strict):
+    """One attempt of the case's job (torchrun's `attempt_<N>/`): from step `start`, `after`
+    seconds after the attempt before it logged its last point."""
+
+    start: int = Field(0, ge=0)
+    after: float = Field(10.0, ge=0)
+    series: dict[str, str | SeriesSpec] = Field(default_factory=dict)
 
 
 class ExpectedAlert(Strict):
@@ -81,6 +91,8 @@ class CaseSpec(Strict):
     # but where `rank_series` gives a rank series of its own
     ranks: int | None = Field(None, ge=2, le=64)
     rank_series: dict[int, dict[str, str | SeriesSpec]] = Field(default_factory=dict)
+    # the case's job restarted: each attempt a run of its own, `<run>_testagnt/attempt_<N>/0`
+    attempts: list[AttemptSpec] = Field(default_factory=list, max_length=64)
     logs: list[LogSpec] = Field(default_factory=list)
     only: list[str] | None = None
     finish: bool = False
@@ -91,8 +103,12 @@ class CaseSpec(Strict):
     def _expects_something(self) -> CaseSpec:
         if self.expect_transitions is None and not self.expect_at:
             raise ValueError("a test needs `expect_transitions` (use [] for none) or `expect_at`")
-        if not self.series and not self.logs:
-            raise ValueError("a test needs `series` or `logs`")
+        if not self.series and not self.logs and not self.attempts:
+            raise ValueError("a test needs `series`, `attempts` or `logs`")
+        if self.attempts and (self.series or self.ranks or self.expect_at):
+            raise ValueError("`attempts` give the series, on no ranks and no `expect_at`")
+        if any(log.attempt is not None and log.attempt >= len(self.attempts) for log in self.logs):
+            raise ValueError(f"a log's attempt is one of the {len(self.attempts)} `attempts`")
         ranks = self.ranks or 0
         if any(r >= ranks for r in self.rank_series) or any(
             log.rank is not None and log.rank >= ranks for log in self.logs
@@ -229,6 +245,8 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
     clock = _clock(spec, doc, (*base, "seconds_per_step"))
     if clock is None:
         return None
+    if spec.attempts:
+        return _attempts_case(spec, i, doc, clock, base)
     points: list[tuple[int, int, int, Point]] = []
     ticks: set[int] = set()
     for rank, run, tag, series, where in _series_of(spec, base):
@@ -279,6 +297,68 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
 
 def _run_of(run: str, rank: int | None) -> str:
     return run if rank is None else ranked_run(run, rank)
+
+
+ATTEMPT_AGENT = "testagnt"  # as torchrun's agent names its log directory (jobs/identity.py)
+
+
+def attempt_run(run: str, attempt: int) -> str:
+    return f"{run}_{ATTEMPT_AGENT}/attempt_{attempt}/0"
+
+
+def _attempts_case(
+    spec: CaseSpec, i: int, doc: MarkedDocument, clock: Clock, base: YamlPath
+) -> Case | None:
+    """A case of `attempts`: each attempt's steps on its own clock, later than the one
+    before's, so the feed (in wall order) goes back in steps at each restart."""
+    pace = clock.paces[0]
+    before = len(doc.errors)
+    feed: list[tuple[float, int, Point]] = []
+    ticks: list[tuple[int, float]] = []
+    starts: list[tuple[str, float, int]] = []  # per attempt: its run, its wall at `start`
+    end = WALL0 - pace
+    for n, attempt in enumerate(spec.attempts):
+        run = attempt_run(spec.run, n)
+        begin = end + attempt.after + pace
+        starts.append((run, begin, attempt.start))
+        last = begin
+        for order, (tag, series) in enumerate(attempt.series.items()):
+            where: YamlPath = (*base, "attempts", n, "series", tag)
+            text = series.values if isinstance(series, SeriesSpec) else series
+            try:
+                got = slots(text, start=attempt.start, interval=spec.interval)
+            except NotationError as exc:
+                mark = doc.values.get(where)
+                doc.error(_token_mark(mark, text, exc.offset) if mark else None, str(exc))
+                continue
+            for slot in got:
+                wall = begin + (slot.step - attempt.start) * pace
+                last = max(last, wall)
+                ticks.append((slot.step, wall))
+                if slot.value is not None:
+                    feed.append((wall, order, Point(run, tag, slot.step, wall, slot.value)))
+        end = last
+    logs = []
+    for log in spec.logs:
+        n = log.attempt or 0
+        run, begin, start = starts[n] if n < len(starts) else (spec.run, WALL0, 0)
+        logs.append((log.step, begin + (log.step - start) * pace, log.path, log.text, run))
+    if len(doc.errors) > before:
+        return None
+    feed.sort(key=lambda x: (x[0], x[1]))
+    mark = doc.values.get(base)
+    return Case(
+        name=spec.name,
+        where=f"{doc.name}:{mark.line + 1}" if mark else doc.name,
+        run=spec.run,
+        points=[p for *_, p in feed],
+        ticks=sorted(set(ticks), key=lambda t: (t[1], t[0])),
+        only=frozenset(spec.only) if spec.only is not None else None,
+        finish=spec.finish,
+        expect_transitions=spec.expect_transitions,
+        expect_at=[],
+        logs=sorted(logs, key=lambda x: (x[1], x[0])),
+    )
 
 
 def _series_of(

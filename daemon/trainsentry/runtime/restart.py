@@ -59,6 +59,7 @@ from trainsentry.runtime import heap
 from trainsentry.state.db import Checkpoint
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
+from trainsentry.store.ranks import RankBook
 
 log = logging.getLogger(__name__)
 
@@ -346,6 +347,7 @@ class Stages(Protocol):
     book: FiringBook
     ruleset: RuleSet
     series_limit: SeriesLimit
+    ranks: RankBook
 
     def deliver(self, transitions: list[Transition]) -> None: ...
 
@@ -384,6 +386,8 @@ class AlertMemory:
         s = self._stages
         rows = s.series_limit.admit(run, rows)
         s.store.extend_rows(run, rows)
+        s.ranks.rows(run, rows)  # a rank's pace and values, shown only: not saved
+        s.relearned_transitions(s.log_engine.stepped(run, (row[:2] for row in rows)))
         s.relearned_transitions(s.engine.feed_rows(run, rows))
 
     def keep_only(self, runs: set[str]) -> None:

@@ -173,6 +173,7 @@ class Service:
         self.store.extend_rows(run, rows)
         self.ranks.rows(run, rows)
         if rows:
+            self.deliver(self.log_engine.stepped(run, (row[:2] for row in rows)))
             self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
             life = self.log_engine.life(run)
             if life is not None and life.ended:

@@ -25,7 +25,7 @@ from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
-from trainsentry.rules.model import AcrossRanks, CollectiveHang, Pattern
+from trainsentry.rules.model import AcrossRanks, CollectiveHang, Pattern, Restarts
 
 # with the pack's one rule shipped off (val_loss_stagnation) switched on, as its file does
 PACK = load_rules(["default", str(files("trainsentry") / "packs" / "early_stopping.yaml")])
@@ -262,9 +262,9 @@ def test_every_rule_of_the_pack_has_a_fault_here() -> None:
     # the probe's rules read series this HF-style run does not log; their faults
     # live in support/probe_faults.py, on synthetic probe series (test_probe_rules.py)
     # pattern rules read text logs: their real messages are in rules/tests/text_logs_test.yaml;
-    # the rules across a job's ranks need a job: theirs are in test_rules_ranks.py and
-    # rules/tests/ranks_test.yaml
-    others = (Pattern, AcrossRanks, CollectiveHang)
+    # the rules across a job's ranks and attempts need a job: theirs are in
+    # test_rules_ranks.py, test_attempts.py and rules/tests/{ranks,restarts}_test.yaml
+    others = (Pattern, AcrossRanks, CollectiveHang, Restarts)
     names = {r.name for r in PACK.rules if not isinstance(r.condition, others)}
     assert names - set(PROBE_RULES) == set(FAULTS)
     assert set(PROBE_RULES) <= names

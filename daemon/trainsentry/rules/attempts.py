@@ -1,0 +1,247 @@
+"""The attempts of a job across restarts: a restart said with its cause, a storm, no progress.
+
+Long jobs survive by restarting from a checkpoint (torchrun `--max-restarts`,
+Slurm `--requeue`, a scheduler's retries), and the costliest failures are in
+that loop: a job that crash-loops on a bad node burns hours while each of its
+attempts looks like an ordinary short run. So the attempts of a job are
+followed as one story, from what the logs already say:
+
+- torchrun's `attempt_<N>/` directories (jobs/identity.py: `Member.attempt`),
+  each agent's (`Member.agent`) numbered from 0;
+- a run whose step goes back and goes on (a job appending to its log after it
+  resumed from a checkpoint): from there it is another attempt of its run.
+
+An attempt begins with its first point and is judged as it goes: where it
+resumed (its first step), how far it got (its highest step), and how the one
+before it ended (the cause its ranks' text logs or the probe said). Rules of
+the condition kind `restarts` fire on the run that began the new attempt:
+
+- `restarts: {}`: each restart, with the cause of the attempt before and the
+  steps and time lost (the work since the step it resumed from);
+- `restarts: {storm: N, within: SPAN}`: N restarts within that span;
+- `restarts: {no_progress: N}`: the last N attempts each ended no further than
+  the job had got before them.
+
+All on the writers' own stamps and steps, so `replay` says what `run` says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from trainsentry.jobs import member_of
+from trainsentry.rules import model as m
+from trainsentry.rules.condition import fmt
+
+# attempts one job keeps: a crash loop of a thousand restarts needs only the last few to
+# say it is one (storms and "no progress" look back over a handful)
+MAX_ATTEMPTS = 64
+# A relaunch begins after the attempt before it went quiet: torchrun's agent takes 7-13 s
+# from a crash to the new attempt's first step (measured on 4 CPU ranks), a scheduler's
+# requeue minutes. Another node's agent of the same launch logs while this one does.
+CONCURRENT_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of a job: where it resumed, how far it got, when, and how it ended."""
+
+    key: tuple[str, ...]  # (agent, attempt) for torchrun; (run, n) for a log that rewound
+    run: str  # the run whose point began it
+    first_step: int
+    first_wall: float
+    last_step: int
+    last_wall: float
+    high_step: int
+    cause: str = ""  # how it ended, when a rank's log said it
+    # False for an attempt torchrun's numbering says began and ended without a point
+    # logged (a rendezvous that failed, a crash in the first step): inferred, not seen
+    logged: bool = True
+
+
+@dataclass(slots=True)
+class JobAttempts:
+    attempts: list[Attempt] = field(default_factory=list)
+    by_key: dict[tuple[str, ...], Attempt] = field(default_factory=dict)
+    rewinds: dict[str, int] = field(default_factory=dict)  # run → its attempts by rewinding
+    best: int = -(2**62)  # the highest step any attempt reached
+    causes: dict[tuple[str, ...], str] = field(default_factory=dict)  # of attempts not seen yet
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A new attempt of a job, as the rules judge it."""
+
+    job: str
+    run: str
+    step: int
+    wall: float
+    attempt: Attempt
+    before: Attempt
+    restarts: int  # of the job so far
+    recent: list[Attempt]  # the job's attempts, oldest first
+
+    def lost_steps(self) -> int:
+        return max(0, self.before.high_step - self.attempt.first_step)
+
+    def lost_seconds(self) -> float:
+        """The wall time the last attempt that stepped spent on the steps this one does
+        again, and the time since it stopped: what the restart cost."""
+        logged = [a for a in self.recent[:-1] if a.logged]
+        if not logged:
+            return 0.0
+        last = logged[-1]
+        steps = last.high_step - last.first_step
+        pace = (last.last_wall - last.first_wall) / steps if steps > 0 else 0.0
+        redone = self.lost_steps() * pace if math.isfinite(pace) else 0.0
+        gap = self.attempt.first_wall - last.last_wall
+        return max(0.0, redone) + max(0.0, gap if math.isfinite(gap) else 0.0)
+
+
+class Attempts:
+    """Every job's attempts (see the module)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobAttempts] = {}
+        self._current: dict[str, Attempt] = {}  # run → the attempt its points belong to
+        self._last: dict[str, int] = {}  # run → its own latest step (ranks share attempts)
+
+    def saw(self, run: str, step: int, wall: float) -> Restart | None:
+        """A run's point: the restart it begins, if it begins one."""
+        current = self._current.get(run)
+        if current is not None and step >= self._last[run]:
+            self._last[run] = step
+            current.last_step = max(current.last_step, step)
+            current.last_wall = max(current.last_wall, wall)
+            if step > current.high_step:
+                current.high_step = step
+                known = self._jobs[member_of(run).job]
+                known.best = max(known.best, step)
+            return None
+        self._last[run] = step
+        member = member_of(run)
+        job = self._jobs.get(member.job)
+        if job is None:
+            job = self._jobs[member.job] = JobAttempts()
+        if current is not None:  # the step went back: the run resumed, another attempt
+            n = job.rewinds[run] = job.rewinds.get(run, 0) + 1
+            key: tuple[str, ...] = (member.group, str(n))  # its ranks rewind together
+        elif member.attempt is not None:
+            key = (member.agent, str(member.attempt))
+        else:
+            key = (member.group, "0")
+        attempt = job.by_key.get(key)
+        before = job.attempts[-1] if job.attempts else None
+        # another torchrun agent's first point while the job's attempt still logs: the
+        # other node of one launch, not a relaunch (that begins after a crash's silence)
+        if (
+            attempt is None
+            and before is not None
+            and key[0] != before.key[0]
+            and wall <= before.last_wall + CONCURRENT_SECONDS
+        ):
+            attempt = job.by_key[key] = before
+        if attempt is not None:  # another rank (or node) of an attempt already begun
+            self._current[run] = attempt
+            attempt.last_step = max(attempt.last_step, step)
+            attempt.last_wall = max(attempt.last_wall, wall)
+            attempt.high_step = max(attempt.high_step, step)
+            job.best = max(job.best, step)
+            return None
+        if before is not None and member.attempt is not None and before.key[0] == key[0]:
+            before = self._unseen(job, before, key, member.attempt, wall)
+        attempt = Attempt(key, run, step, wall, step, wall, step)
+        self._current[run] = attempt
+        job.attempts.append(attempt)
+        job.by_key[key] = attempt
+        if len(job.attempts) > MAX_ATTEMPTS:
+            gone = job.attempts.pop(0)
+            job.by_key = {k: a for k, a in job.by_key.items() if a is not gone}
+        job.best = max(job.best, step)
+        if before is None:
+            return None
+        return Restart(
+            member.job, run, step, wall, attempt, before, len(job.attempts) - 1,
+            list(job.attempts),
+        )  # fmt: skip
+
+    def _unseen(
+        self, job: JobAttempts, before: Attempt, key: tuple[str, ...], number: int, wall: float
+    ) -> Attempt:
+        """The attempts of this torchrun agent numbered between the one before and this one,
+        which logged no point (a rendezvous that failed): restarts all the same, counted
+        as begun now. The last of them, or `before` where there are none."""
+        try:
+            seen = int(before.key[1])
+        except ValueError:
+            return before
+        for missing in range(seen + 1, number):
+            gap = (key[0], str(missing))
+            unseen = Attempt(
+                gap, before.run, before.high_step, wall, before.high_step, wall,
+                before.high_step, job.causes.pop(gap, ""), logged=False,
+            )  # fmt: skip
+            job.attempts.append(unseen)
+            job.by_key[gap] = unseen
+            before = unseen
+        return before
+
+    def ended(self, run: str, cause: str) -> None:
+        """A rank's log said how its attempt ended (a crash's cause)."""
+        current = self._current.get(run)
+        if current is not None:
+            if not current.cause:
+                current.cause = cause
+            return
+        member = member_of(run)  # an attempt with no point yet: its cause waits for it
+        if member.attempt is not None:
+            job = self._jobs.get(member.job)
+            if job is None:
+                job = self._jobs[member.job] = JobAttempts()
+            key = (member.agent, str(member.attempt))
+            if key not in job.by_key and len(job.causes) < MAX_ATTEMPTS:
+                job.causes.setdefault(key, cause)
+
+    def forget(self, run: str) -> None:
+        self._current.pop(run, None)
+        self._last.pop(run, None)
+
+
+def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
+    """Whether a restart trips the rule, and the evidence said in its message."""
+    attempt, before = restart.attempt, restart.before
+    number = restart.attempt.key[1] if restart.attempt.key[1].isdigit() else None
+    said = (
+        f"{restart.job} restarted: attempt {int(number) + 1 if number else len(restart.recent)}"
+        f" resumed at step"
+        f" {attempt.first_step}; the attempt before got to step {before.high_step}"
+        + (f" and ended: {before.cause}" if before.cause else "")
+        + f"; {restart.lost_steps()} steps and {_duration(restart.lost_seconds())} of work lost"
+    )
+    restarts = restart.recent[1:]  # the first attempt is no restart
+    if spec.storm is not None and spec.within is not None:
+        window = [a for a in restarts if attempt.first_wall - a.first_wall <= spec.within]
+        if len(window) < spec.storm:
+            return False, said
+        return True, f"{said}; {len(window)} restarts in {_duration(spec.within)}"
+    if spec.no_progress is not None:
+        last = [a for a in restarts if a.logged][-spec.no_progress :]
+        if len(last) < spec.no_progress:
+            return False, said
+        if any(later.first_step > earlier.first_step for earlier, later in pairwise(last)):
+            return False, said
+        return True, (
+            f"{said}; the last {spec.no_progress} restarts all resumed at step"
+            f" {last[0].first_step} or before: no checkpoint advanced between them"
+        )
+    return True, said
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{fmt(seconds)} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,71 @@
+"""A job's attempts across restarts (rules/attempts.py), as the text engine judges them."""
+
+from __future__ import annotations
+
+import pickle
+
+from trainsentry.alert import Transition
+from trainsentry.rules.loader import load_rules
+from trainsentry.rules.log_rules import LogEngine
+
+T0 = 1_800_000_000.0
+
+
+def fed(engine: LogEngine, run: str, steps: range, start: float) -> list[Transition]:
+    return engine.stepped(run, ((s, start + (s - steps.start)) for s in steps))
+
+
+def fired(out: list[Transition]) -> list[tuple[str, str]]:
+    return [(t.rule, t.run) for t in out if t.state == "firing"]
+
+
+def test_a_log_whose_step_goes_back_and_goes_on_is_a_restart_of_its_job() -> None:
+    """A plain script resumed from its checkpoint, appending to the same log: its ranks
+    rewind together, one restart."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    for rank in (0, 1):
+        out += fed(engine, f"exp/rank{rank}", range(0, 500), T0)
+    for rank in (0, 1):
+        out += fed(engine, f"exp/rank{rank}", range(400, 450), T0 + 600)
+    [(rule, run)] = fired(out)
+    assert (rule, run) == ("job_restarted", "exp/rank0")
+    message = next(t.message for t in out if t.rule == "job_restarted")
+    assert "exp restarted: attempt 2 resumed at step 400; the attempt before got to step 499" in (
+        message
+    )
+    assert "99 steps and" in message
+
+
+def test_the_other_node_of_one_launch_is_no_restart() -> None:
+    """Two torchrun agents (two nodes) of rendezvous id llm write side by side."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    for step in range(100):
+        for agent in ("aaaaaaaa", "bbbbbbbb"):
+            out += engine.stepped(f"llm_{agent}/attempt_0/0", ((step, T0 + step),))
+    assert fired(out) == []
+
+
+def test_attempts_torchrun_numbered_but_never_logged_count_towards_a_storm() -> None:
+    """attempt_2 died in its rendezvous, logging no step: attempt_3 is the third restart."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    for n, first in ((0, 0), (1, 30), (3, 60)):
+        out += fed(engine, f"j_abcdefgh/attempt_{n}/0", range(first, first + 30), T0 + 100 * n)
+    assert fired(out) == [
+        ("job_restarted", "j_abcdefgh/attempt_1/0"),
+        ("job_restarted", "j_abcdefgh/attempt_3/0"),
+        ("restart_storm", "j_abcdefgh/attempt_3/0"),
+    ]
+
+
+def test_the_attempts_are_saved_with_the_alert_state() -> None:
+    engine = LogEngine(load_rules())
+    fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
+    fed(engine, "j_abcdefgh/attempt_1/0", range(30, 60), T0 + 100)
+    restored: LogEngine = pickle.loads(pickle.dumps(engine))
+    out = fed(restored, "j_abcdefgh/attempt_2/0", range(60, 90), T0 + 200)
+    assert ("restart_storm", "j_abcdefgh/attempt_2/0") not in fired(out)  # 2 restarts
+    out = fed(restored, "j_abcdefgh/attempt_3/0", range(90, 120), T0 + 300)
+    assert ("restart_storm", "j_abcdefgh/attempt_3/0") in fired(out)
