@@ -33,7 +33,15 @@ def _span(value: Any, *, hold: bool = False) -> m.Span:
     return m.Span.parse_hold(value) if hold else m.Span.parse(value)
 
 
+def _time(value: Any) -> m.Span:
+    span = _span(value)
+    if span.unit != "seconds":
+        raise ValueError(f"expected a time like `10s`, `30m` or `2h`, got {value!r}")
+    return span
+
+
 SpanField = Annotated[m.Span, PlainValidator(_span)]
+SecondsField = Annotated[m.Span, PlainValidator(_time)]  # a span of the run's clock only
 # `for` and `keep_firing_for`: a span, or one with `and N points`
 HoldField = Annotated[m.Span, PlainValidator(lambda value: _span(value, hold=True))]
 Positive = Annotated[float, Field(gt=0)]
@@ -278,27 +286,18 @@ class PatternSpec(Strict):
 
 
 class CollectiveHangSpec(Strict):
-    grace: SpanField = m.Span(10.0, "seconds")
-
-    @field_validator("grace")
-    @classmethod
-    def _seconds(cls, value: m.Span) -> m.Span:
-        if value.unit != "seconds":
-            raise ValueError("a grace is a time, e.g. `10s`")
-        return value
+    grace: SecondsField = m.Span(10.0, "seconds")
 
 
 class RestartsSpec(Strict):
     storm: int | None = Field(None, ge=1)
-    within: SpanField | None = None
+    within: SecondsField | None = None
     no_progress: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _one_test(self) -> RestartsSpec:
         if (self.storm is None) != (self.within is None):
             raise ValueError("a storm is `storm: N` restarts `within: SPAN`, both")
-        if self.within is not None and self.within.unit != "seconds":
-            raise ValueError("`within` is a time, e.g. `30m`")
         if self.storm is not None and self.no_progress is not None:
             raise ValueError("one of `storm` or `no_progress` a rule (or neither: every restart)")
         return self

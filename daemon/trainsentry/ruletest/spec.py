@@ -280,19 +280,8 @@ def _case(spec: CaseSpec, i: int, doc: MarkedDocument, rules: RuleSet) -> Case |
         return None
     # by step; within a step rank by rank, each in the file's series order
     points.sort(key=lambda p: (p[0], p[1], p[2]))
-    mark = doc.values.get(base)
-    return Case(
-        name=spec.name,
-        where=f"{doc.name}:{mark.line + 1}" if mark else doc.name,
-        run=spec.run,
-        points=[p for *_, p in points],
-        ticks=[(s, clock.wall(s)) for s in sorted(ticks)],
-        only=frozenset(spec.only) if spec.only is not None else None,
-        finish=spec.finish,
-        expect_transitions=spec.expect_transitions,
-        expect_at=sorted(spec.expect_at, key=lambda a: a.step),
-        logs=logs,
-    )
+    ordered = [p for *_, p in points]
+    return _built(spec, doc, base, ordered, [(s, clock.wall(s)) for s in sorted(ticks)], logs)
 
 
 def _run_of(run: str, rank: int | None) -> str:
@@ -346,18 +335,32 @@ def _attempts_case(
     if len(doc.errors) > before:
         return None
     feed.sort(key=lambda x: (x[0], x[1]))
+    ordered = sorted(set(ticks), key=lambda t: (t[1], t[0]))
+    logs.sort(key=lambda x: (x[1], x[0]))
+    return _built(spec, doc, base, [p for *_, p in feed], ordered, logs)
+
+
+def _built(
+    spec: CaseSpec,
+    doc: MarkedDocument,
+    base: YamlPath,
+    points: list[Point],
+    ticks: list[tuple[int, float]],
+    logs: list[tuple[int, float, str, str, str]],
+) -> Case:
+    """The case, its points and ticks in feed order."""
     mark = doc.values.get(base)
     return Case(
         name=spec.name,
         where=f"{doc.name}:{mark.line + 1}" if mark else doc.name,
         run=spec.run,
-        points=[p for *_, p in feed],
-        ticks=sorted(set(ticks), key=lambda t: (t[1], t[0])),
+        points=points,
+        ticks=ticks,
         only=frozenset(spec.only) if spec.only is not None else None,
         finish=spec.finish,
         expect_transitions=spec.expect_transitions,
-        expect_at=[],
-        logs=sorted(logs, key=lambda x: (x[1], x[0])),
+        expect_at=sorted(spec.expect_at, key=lambda a: a.step),
+        logs=logs,
     )
 
 
