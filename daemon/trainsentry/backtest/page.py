@@ -24,6 +24,7 @@ from trainsentry.backtest.data import (
     summarize,
 )
 from trainsentry.backtest.plots import render_series
+from trainsentry.jobs import Member, member_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases
 
@@ -162,6 +163,35 @@ def describe(run: RunData) -> str:
     if run.life:
         text += f"; {run.life}"
     return text
+
+
+def jobs_section(runs: Sequence[RunData]) -> str:
+    """The jobs of ranks or attempts (jobs/identity.py): each a table of its ranks, so a
+    straggler or a crash loop reads as one job's, not as runs that happen to be near."""
+    jobs: dict[str, list[tuple[Member, RunData]]] = {}
+    for run in runs:
+        member = member_of(run.run)
+        if member.ranked or member.attempt is not None:
+            jobs.setdefault(member.job, []).append((member, run))
+    out: list[str] = []
+    for job, members in sorted(jobs.items()):
+        members.sort(key=lambda mr: (mr[0].attempt or 0, mr[0].rank or 0, mr[1].run))
+        out.append(
+            f"<h2>Job {esc(job)}</h2><table><tr><th>attempt</th><th>rank</th><th>run</th>"
+            "<th>steps</th><th>life</th><th>alerts</th></tr>"
+        )
+        for member, run in members:
+            steps = [s for pts in run.series.values() for s, _ in pts]
+            span = f"{min(steps)}–{max(steps)}" if steps else "–"
+            fired = ", ".join(sorted({t.rule for t in run.firings})) or "none"
+            out.append(
+                f'<tr><td class="num">{esc(member.attempt if member.attempt is not None else "")}'
+                f'</td><td class="num">{esc(member.rank if member.rank is not None else "")}</td>'
+                f"<td>{esc(run.run)}</td><td>{esc(span)}</td><td>{esc(run.life or '')}</td>"
+                f"<td>{esc(fired)}</td></tr>"
+            )
+        out.append("</table>")
+    return "\n".join(out)
 
 
 def runs_section(runs: Sequence[RunData], rules: m.RuleSet) -> str:

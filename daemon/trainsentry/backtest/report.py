@@ -42,7 +42,13 @@ def build_report(
     order a live daemon judges the points.
     """
     from trainsentry.backtest.compare import compare_runs, compare_section
-    from trainsentry.backtest.page import header, page, runs_section, summary_section
+    from trainsentry.backtest.page import (
+        header,
+        jobs_section,
+        page,
+        runs_section,
+        summary_section,
+    )
 
     feed = list(points)
     said, closed, ended = list(events), list(marks), list(ends)  # replayed under each pack
@@ -52,7 +58,7 @@ def build_report(
         feed, rules, order=order, events=said, marks=closed, ends=ended, lives=lives
     )
     runs = build_runs(grouped, replayed, lives)
-    body = [header(title, runs, rules, label), summary_section(runs)]
+    body = [header(title, runs, rules, label), summary_section(runs), jobs_section(runs)]
     if compare is not None:
         again = replay_transitions(
             feed, compare, order=order, events=said, marks=closed, ends=ended

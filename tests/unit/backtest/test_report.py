@@ -101,3 +101,23 @@ def test_downsample_is_bounded_and_keeps_spikes_and_nans() -> None:
     assert len(kept) <= 2000
     assert (5_000, 1e6) in kept
     assert any(s == 7_000 and math.isnan(v) for s, v in kept)
+
+
+def test_a_jobs_ranks_are_one_table_of_the_report(tmp_path: Path) -> None:
+    """Four ranks' logs (files named with a rank) read as one job, its ranks in order."""
+    job = tmp_path / "logs" / "llm"
+    job.mkdir(parents=True)
+    for rank in (2, 0, 3, 1):
+        wait = 0.05 if rank == 2 else 0.005  # rank 2 straggles
+        lines = [
+            f'{{"step": {s}, "time": {1_800_000_000 + s * 0.1}, "data_time": {wait}}}\n'
+            for s in range(1500)
+        ]
+        (job / f"rank_{rank}.jsonl").write_text("".join(lines))
+    out = tmp_path / "r.html"
+    assert main(["replay", str(tmp_path / "logs"), "--report", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    table = text[text.index("<h2>Job logs/llm</h2>") :]
+    rows = re.findall(r"<td>(logs/llm/rank\d)</td>", table.split("</table>")[0])
+    assert rows == ["logs/llm/rank0", "logs/llm/rank1", "logs/llm/rank2", "logs/llm/rank3"]
+    assert "rank_straggler" in table.split("</table>")[0]
