@@ -18,7 +18,9 @@ data_time, grad_norm: what the cross-rank rules compare at every step), and
 prints the ranks phase against the single phase: CPU (share of a core and per
 1,000 runs or ranks), RSS (and per run), lag, the /metrics scrape. A NaN goes
 into one rank of a fresh job of N ranks (N fresh runs in the single phase);
-one rank of job 0 straggles, to show the comparisons run.
+one rank of job 0 straggles, to show the comparisons run. Both phases first
+get 4096 / N + 64 steps of history (unless --prefill), so the comparisons'
+learned spreads are full, as in a job an hour old.
 
     python bench/load.py --runs 200 --tags 20 --seconds 30
     python bench/load.py --soak          # 1,000 runs for 10 minutes, a NaN every 2 s

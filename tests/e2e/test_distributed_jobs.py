@@ -22,10 +22,12 @@ Each job's probe writes into `<root>/<rendezvous id>/`, beside torchrun's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -142,9 +144,12 @@ def torchrun(
         str(SCRIPT), "--logdir", str(root / job), "--seconds-per-step", str(PACE), *args,
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # a session of its own: a kill at the end takes its workers too (a worker stuck in a
+    # rendezvous outlives its agent otherwise)
     return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
 
 
 def records(out: Path) -> list[dict[str, Any]]:
@@ -273,7 +278,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             managed,
         )  # fmt: skip
     finally:
-        for proc in (*jobs.values(), *side):
+        for proc in jobs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in side:
             proc.kill()
         for node in (a, b):
             if node.daemon is not None:
