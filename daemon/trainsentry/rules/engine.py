@@ -29,6 +29,7 @@ from typing import Any
 
 from trainsentry.alert import Severity, State, Transition
 from trainsentry.jobs import member_of
+from trainsentry.jobs.identity import MAX_RANKS_COMPARED
 from trainsentry.point import Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
@@ -162,7 +163,9 @@ class Engine:
         self._plans: dict[tuple[str, ...], _Plan] = {}
         self._runs: dict[str, _Run] = {}
         # (group, rule, tag) → the ranks of a job compared on one series (ranks.py)
-        self._comparisons: dict[tuple[str, m.Rule, str], RankComparison] = {}
+        # group → (rule, tag) → the ranks of a job compared on one series (ranks.py)
+        self._comparisons: dict[str, dict[tuple[m.Rule, str], RankComparison]] = {}
+        self._ranks: dict[str, set[str]] = {}  # group → its ranks followed or fed
         self._load(rules)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
@@ -206,7 +209,9 @@ class Engine:
             run.alerts = [a for a in run.alerts if a.rule in keep]
             run.awaiting = [w for w in run.awaiting if w[0].rule in keep]
             run.clocks = {name: a for name, a in run.clocks.items() if a.rule in keep}
-        self._comparisons = {k: c for k, c in self._comparisons.items() if k[1] in keep}
+        for comparisons in self._comparisons.values():
+            for key in [k for k in comparisons if k[0] not in keep]:
+                del comparisons[key]
         for run in self._runs.values():
             run.stale.clear()  # deadlines of the old alerts; the new ones push theirs
             for tag, alerts in run.series.items():
@@ -389,7 +394,7 @@ class Engine:
                 continue
             before = alert.last_step, alert.last_wall
             alert.last_step, alert.last_wall, alert.value = j.step, j.wall, j.value
-            alert.condition.said = j.evidence
+            alert.condition.said = j.said
             self._settle(run, alert, j.verdict, j.step, j.wall, before, out)
 
     def _judge_awaiting(self, run: _Run, canonical: str, step: int, out: list[Transition]) -> None:
@@ -459,11 +464,28 @@ class Engine:
         member = member_of(run_id)
         if not member.ranked:
             return None
-        key = (member.group, rule, tag)
-        comparison = self._comparisons.get(key)
+        self.expect(run_id)
+        comparisons = self._comparisons.setdefault(member.group, {})
+        comparison = comparisons.get((rule, tag))
         if comparison is None:
-            comparison = self._comparisons[key] = RankComparison(rule.condition)  # type: ignore[arg-type]
+            spec: m.AcrossRanks = rule.condition  # type: ignore[assignment]
+            comparison = RankComparison(spec, self._ranks[member.group])
+            comparisons[(rule, tag)] = comparison
         return comparison
+
+    def expect(self, run_id: str) -> None:
+        """A rank's log is followed: its group's comparisons wait for its points, however
+        the ranks' files are read one after another (ranks.py). Runs that are no ranks of
+        a job are nothing to expect."""
+        member = member_of(run_id)
+        if not member.ranked:
+            return
+        ranks = self._ranks.setdefault(member.group, set())
+        if run_id in ranks or len(ranks) >= MAX_RANKS_COMPARED:
+            return
+        ranks.add(run_id)
+        for comparison in self._comparisons.get(member.group, {}).values():
+            comparison.expect(run_id)
 
     # --- time: silence is judged on the run's clock, fired at its deadline ---
 
@@ -557,13 +579,18 @@ class Engine:
         """Resolve what is firing on a run and forget it (it ended, or was deleted)."""
         run = self._runs.pop(run_id, None)
         out: list[Transition] = []
-        if run is None:
-            return out
-        self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
-        for alert in run.alerts:  # the other ranks' steps no longer wait for this one
-            condition = alert.condition
-            if type(condition) is RankSeat and condition.comparison is not None:
-                self._compared(alert.rule, alert.metric, condition.comparison.leave(run_id), out)
+        if run is not None:
+            self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
+        member = member_of(run_id)
+        if member.ranked:  # the other ranks' steps no longer wait for this one (fed or not)
+            ranks = self._ranks.get(member.group)
+            if ranks is not None:
+                ranks.discard(run_id)
+                if not ranks:
+                    del self._ranks[member.group]
+                    self._comparisons.pop(member.group, None)
+            for (rule, tag), comparison in self._comparisons.get(member.group, {}).items():
+                self._compared(rule, tag, comparison.leave(run_id), out)
         return out
 
     def finish_all(self, reason: str = "run finished") -> list[Transition]:
@@ -604,8 +631,8 @@ class Engine:
             return ""
         ranks = [
             (run.last_step, run.last_wall, name)
-            for name, run in self._runs.items()
-            if member_of(name).group == member.group and member_of(name).ranked
+            for name in self._ranks.get(member.group, ())
+            if (run := self._runs.get(name)) is not None
         ]
         if len(ranks) < 2:
             return ""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainsentry.jobs import member_of
@@ -34,10 +35,49 @@ from trainsentry.rules.condition import RunView, fmt
 
 # Steps held for a rank that lags behind the others (a hang, a slow reader): beyond
 # this many, the oldest are dropped uncompared, so a job whose rank stopped costs a
-# bounded few kB per series. A live job's ranks are within a step or two of each other.
+# bounded few kB per series. A live job's ranks are within a step or two of each other;
+# a backfill reads one rank's file after another, each within this many steps' reach.
 MAX_PENDING_STEPS = 1024
-# deviations (one per rank a compared step) kept for a band's typical spread
-MAX_SPREAD = 4096
+# compared steps whose median deviation makes a band's typical spread: a median of
+# medians, a sort of this many floats a compared step (the pooled deviations of every
+# rank were a sort of 4,096, half a fleet's cross-rank cost)
+MAX_SPREAD_STEPS = 256
+NO_STEP = -(2**62)
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """What a verdict rests on, said in words only when an alert shows it: a compared
+    step makes one per rank, and most are quiet."""
+
+    name: str  # "rank 3"
+    value: float
+    median: float  # of the other ranks
+    pace: float | None = None  # a straggler's: the job's seconds per step
+    ranks: tuple[float, ...] = ()  # a band's: every rank's value at the step
+    typical: float = math.nan  # a band's: the ranks' typical log-distance
+
+    def text(self) -> str:
+        value, median = self.value, self.median
+        if self.ranks:
+            shown = ", ".join(fmt(v) for v in sorted(self.ranks)[:16])
+            keep = (
+                f"x{fmt(math.exp(self.typical))}"
+                if math.isfinite(self.typical)
+                else "a band not learned yet"
+            )
+            return (
+                f"of {self.name} is {fmt(value)}, x{fmt(value / median)} the other ranks' "
+                f"median {fmt(median)} (ranks at this step: {shown}; they keep within {keep} "
+                "of each other)"
+            )
+        excess, pace = value - median, self.pace
+        times = f"x{fmt(value / median)}" if median > 0 else "above"
+        share = f", {excess / pace:.0%} of the job's {fmt(pace)} s step" if pace else ""
+        return (
+            f"of {self.name} is {fmt(value)}, {times} the other ranks' median "
+            f"{fmt(median)} (+{fmt(excess)} a step{share})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,21 +89,33 @@ class Judged:
     wall: float
     value: float
     verdict: int
-    evidence: str
+    said: Said
 
 
 class RankComparison:
     """One rule on one tag across the ranks of one group (see the module)."""
 
-    def __init__(self, spec: m.AcrossRanks) -> None:
+    def __init__(self, spec: m.AcrossRanks, expected: Iterable[str] = ()) -> None:
         self.spec = spec
         self.latest: dict[str, int] = {}  # each rank's newest step of the series
         self.names: dict[str, str] = {}  # run → how a message names it ("rank 3")
         self.steps: dict[int, dict[str, tuple[float, float]]] = {}  # step → run → (wall, value)
-        self.frontier = -(2**62)  # every rank has passed every step below it
+        self.frontier = NO_STEP  # every rank has passed every step below it
         self.last_compared: dict[str, tuple[int, float]] = {}  # run → (step, wall), for pace
-        self.spread: deque[float] = deque(maxlen=MAX_SPREAD)  # |log ratio| of past steps
+        # the median log-distance of the ranks at each past compared step
+        self.spread: deque[float] = deque(maxlen=MAX_SPREAD_STEPS)
         self.compared = 0  # steps compared with at least min_ranks ranks
+        for run in expected:
+            self.expect(run)
+
+    def expect(self, run: str) -> None:
+        """A rank whose log is followed but not read yet (a backfill reads one rank's file
+        after another): the others' steps wait for it, so the order the files are read
+        in changes no verdict."""
+        if run not in self.latest and len(self.latest) < MAX_RANKS_COMPARED:
+            self.latest[run] = NO_STEP
+            rank = member_of(run).rank
+            self.names[run] = f"rank {rank}" if rank is not None else run
 
     def push(self, run: str, step: int, wall: float, value: float) -> list[Judged]:
         """A rank's point; the verdicts of the steps it completed, in step order."""
@@ -71,16 +123,28 @@ class RankComparison:
         if latest is None:
             if len(self.latest) >= MAX_RANKS_COMPARED:
                 return []
-            rank = member_of(run).rank
-            self.names[run] = f"rank {rank}" if rank is not None else run
+            self.expect(run)
+            latest = NO_STEP
         elif step < latest:  # resumed from a checkpoint: the ranks start comparing afresh
             self._reset()
         self.latest[run] = step
         self.steps.setdefault(step, {})[run] = (wall, value)
         if len(self.steps) > MAX_PENDING_STEPS:
-            del self.steps[min(self.steps)]
-        if latest is not None and latest > self.frontier:
+            return self._overflow()
+        if latest > self.frontier:
             return []  # this rank was ahead of the slowest: nothing new is complete
+        return self._complete()
+
+    def _overflow(self) -> list[Judged]:
+        """More steps held than the bound: a rank expected but silent does not log this
+        series (it leaves), else the oldest step goes uncompared."""
+        silent = [run for run, step in self.latest.items() if step == NO_STEP]
+        if silent:
+            out: list[Judged] = []
+            for run in silent:
+                out.extend(self.leave(run))
+            return out
+        del self.steps[next(iter(self.steps))]  # the first held: the oldest but for rewinds
         return self._complete()
 
     def leave(self, run: str) -> list[Judged]:
@@ -96,8 +160,8 @@ class RankComparison:
     def _reset(self) -> None:
         self.steps.clear()
         self.last_compared.clear()
-        self.latest = dict.fromkeys(self.latest, -(2**62))
-        self.frontier = -(2**62)
+        self.latest = dict.fromkeys(self.latest, NO_STEP)
+        self.frontier = NO_STEP
 
     def _complete(self) -> list[Judged]:
         if not self.latest:
@@ -144,17 +208,11 @@ class RankComparison:
         out = []
         for run, median in zip(runs, medians, strict=True):
             wall, value = values[run]
-            excess = value - median
             slow = value > 0 and value >= factor * max(median, 0.0)
             if slow and spec.min_share:
-                slow = pace is not None and excess >= spec.min_share * pace
-            times = f"x{fmt(value / median)}" if median > 0 else "above"
-            share = f", {excess / pace:.0%} of the job's {fmt(pace)} s step" if pace else ""
-            evidence = (
-                f"of {self.names[run]} is {fmt(value)}, {times} the other ranks' median "
-                f"{fmt(median)} (+{fmt(excess)} a step{share})"
-            )
-            out.append(Judged(run, step, wall, value, m.ACTIVE if slow else m.QUIET, evidence))
+                slow = pace is not None and value - median >= spec.min_share * pace
+            said = Said(self.names[run], value, median, pace=pace)
+            out.append(Judged(run, step, wall, value, m.ACTIVE if slow else m.QUIET, said))
         return out
 
     def _outside_band(self, step: int, values: dict[str, tuple[float, float]]) -> list[Judged]:
@@ -167,23 +225,18 @@ class RankComparison:
         typical = statistics.median(self.spread) if self.spread else math.nan
         learned = self.compared > spec.learn and math.isfinite(typical)
         least = max(math.log(spec.min_ratio), band * typical) if learned else math.inf
-        shown = ", ".join(fmt(v) for v in sorted(values[r][1] for r in runs)[:16])
-        keep = f"x{fmt(math.exp(typical))}" if math.isfinite(typical) else "a band not learned yet"
-        medians = _medians_of_others([values[r][1] for r in runs])
+        ranks = tuple(values[r][1] for r in runs)
+        medians = _medians_of_others(list(ranks))
         deviations = []
         out = []
         for run, median in zip(runs, medians, strict=True):
             wall, value = values[run]
             deviation = abs(math.log(value / median))
             deviations.append(deviation)
-            evidence = (
-                f"of {self.names[run]} is {fmt(value)}, x{fmt(value / median)} the other ranks' "
-                f"median {fmt(median)} (ranks at this step: {shown}; they keep within {keep} "
-                "of each other)"
-            )
             verdict = m.ACTIVE if deviation >= least else m.QUIET
-            out.append(Judged(run, step, wall, value, verdict, evidence))
-        self.spread.extend(deviations)
+            said = Said(self.names[run], value, median, ranks=ranks, typical=typical)
+            out.append(Judged(run, step, wall, value, verdict, said))
+        self.spread.append(statistics.median(deviations))
         return out
 
 
@@ -212,10 +265,10 @@ class RankSeat:
 
     def __init__(self, comparison: RankComparison | None) -> None:
         self.comparison = comparison  # None: the run is no rank of a job
-        self.said = "has no other ranks to compare with"
+        self.said: Said | None = None
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         return None  # judged with the other ranks, by the engine
 
     def evidence(self) -> str:
-        return self.said
+        return self.said.text() if self.said is not None else "has no other ranks to compare with"

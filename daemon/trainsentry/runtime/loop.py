@@ -123,11 +123,13 @@ class Daemon:
         on_events: EventSink | None = None,
         on_report: ReportSink | None = None,
         on_marks: MarkSink | None = None,
+        on_follow: Callable[[str], object] | None = None,
     ) -> None:
         """`memory`: the alert state a restart restores and relearns (restart.py);
         `on_events`: where text logs' events go (none: they are dropped); `on_report`:
         where runs' traces and ends go; `on_marks`: where the probe's meta and end
-        records go (none: dropped)."""
+        records go (none: dropped); `on_follow`: told each run a newly followed file is of,
+        before any file of a sweep is read (the ranks of a job wait for one another)."""
         self.roots = roots(paths, replay=False)
         self.state = state
         self.sinks = list(sinks)
@@ -139,6 +141,7 @@ class Daemon:
         self._on_events = on_events
         self._on_report = on_report
         self._on_marks = on_marks
+        self._on_follow = on_follow
         self._owns_run = owns_run  # --shard: the runs this daemon is responsible for
         self.max_wait = max_wait  # the loop turns at least this often (heartbeats)
         self.on_progress: Callable[[], object] | None = None  # called after each file read
@@ -386,6 +389,8 @@ class Daemon:
                     self._tails[key] = self._follow(found)
                     self._files_of[found.run] = self._files_of.get(found.run, 0) + 1
                     self._pending.add(key)
+                    if self._on_follow is not None:
+                        self._on_follow(found.run)
                     log.info("following %s (run %s)", key, found.run)
                     followed = True
         if followed and self.nothing_readable:  # a root said to hold nothing may hold these

@@ -132,6 +132,7 @@ class Service:
             on_events=self._text_events,
             on_report=self._reported,
             on_marks=self._probe_marks,
+            on_follow=lambda run: self.engine.expect(run),
         )
         self.systemd = SystemdNotifier()
         self.heartbeat = Heartbeat(self.systemd)

@@ -223,3 +223,23 @@ def test_a_restart_of_the_daemon_keeps_the_comparisons(pack) -> None:  # type: i
     engine = pickle.loads(pickle.dumps(engine))
     got += fed(engine, by_step[500:])
     assert [t.as_dict() for t in got] == want and want
+
+
+def test_ranks_read_one_file_after_another_are_compared_as_if_read_together(pack) -> None:  # type: ignore[no-untyped-def]
+    """A daemon started beside a running job reads each rank's backlog in turn: the ranks it
+    follows are expected, so the first rank's steps wait for the others' instead of being
+    judged alone."""
+
+    def wait(rank: int, step: int) -> float:
+        return 0.005 + (0.04 if rank == 2 and step >= 100 else 0.0)
+
+    by_step = ranks_logging(900, wait, "probe/data_wait")
+    want = firings(fed(Engine(pack), by_step), "rank_straggler")
+    assert want
+    engine = Engine(pack)
+    for run in RANKS:
+        engine.expect(run)
+    got: list[Transition] = []
+    for run in RANKS:  # file by file: all of rank 0, then all of rank 1, ...
+        got += fed(engine, [[p for points in by_step for p in points if p.run == run]])
+    assert firings(got, "rank_straggler") == want
