@@ -19,8 +19,8 @@ prints the ranks phase against the single phase: CPU (share of a core and per
 1,000 runs or ranks), RSS (and per run), lag, the /metrics scrape. A NaN goes
 into one rank of a fresh job of N ranks (N fresh runs in the single phase);
 one rank of job 0 straggles, to show the comparisons run. Both phases first
-get 4096 / N + 64 steps of history (unless --prefill), so the comparisons'
-learned spreads are full, as in a job an hour old.
+get 256 + 64 steps of history (unless --prefill), so the comparisons'
+learned spreads (256 compared steps) are full, as in a job an hour old.
 
     python bench/load.py --runs 200 --tags 20 --seconds 30
     python bench/load.py --soak          # 1,000 runs for 10 minutes, a NaN every 2 s
@@ -709,9 +709,9 @@ def main() -> None:
         args.runs = 800  # a quick comparison: 100 jobs x 8 ranks
     args.runs -= args.runs % args.ranks
     if args.prefill is None:
-        from trainsentry.rules.ranks import MAX_SPREAD  # deviations a band is learned from
+        from trainsentry.rules.ranks import MAX_SPREAD_STEPS  # steps a band is learned from
 
-        args.prefill = MAX_SPREAD // args.ranks + 64
+        args.prefill = MAX_SPREAD_STEPS + 64
     idle = idle_rss()
     print(
         f"comparison: {args.runs} single runs, then {args.runs // args.ranks} jobs x "

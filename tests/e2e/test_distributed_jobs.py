@@ -61,7 +61,7 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertman
 ONSET = 100  # the step the faults begin at
 PACE = 0.05  # seconds each step is padded with: a step is ~0.06-0.1 s on 2 busy cores
 SLOW = 0.04  # seconds a slow rank loses a step: ~half the job's step
-STEPS = 1200  # a minute and more past the onset, whatever the machine's load
+STEPS = 950  # a minute and more past the onset (at ~0.1 s a step), whatever the load
 SLOW_RANK = 4  # of `logs`: on whichever node the rendezvous gives it
 
 JOBS: dict[str, list[str]] = {
