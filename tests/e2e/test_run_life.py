@@ -1,12 +1,15 @@
 """The run's life through the real daemon: real probe-watched torch jobs that finish,
-die of SIGKILL, raise, or hang, and what the daemon says of each.
+die of SIGKILL, raise, or hang, plain jobs without the probe that are killed, fail
+or finish, and what the daemon says of each.
 
 A job killed with SIGKILL writes nothing more: no traceback, no end record. On
 the job's host the daemon sees its process gone (the probe's meta record names
-pid and start time) and pages the crash within seconds; a job whose probe
-closed is finished, its alerts resolved "run finished" and its silence never a
-page. The no-data rules are shortened by a rule file so the tests need not wait
-minutes; every wait is on what the daemon wrote, with a generous deadline.
+pid and start time; without the probe, the process holding the run's files open
+for writing) and pages the crash within seconds; a job whose probe closed, or
+whose process exited 0, is finished, its alerts resolved "run finished" and its
+silence never a page. The no-data rules are shortened by a rule file so the tests
+need not wait minutes; every wait is on what the daemon wrote, with a generous
+deadline.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from support.ports import free_port
 from support.waiting import wait_until
 
 JOB = str(SUPPORT / "probe_job.py")
+PLAIN_JOB = str(SUPPORT / "plain_job.py")
 # the pack's silences, shortened: seconds instead of minutes (run_stalled's well over
 # the few seconds a crash takes to be seen, as 15 min are over them in the pack)
 SHORT = """
@@ -190,3 +194,140 @@ def test_a_probe_loop_whose_steps_stop_while_it_lives_is_stalled_then_runs_on(
     resolved = find(out, rule="probe_steps_stopped", state="resolved")
     assert resolved is not None and resolved["reason"] == "data resumed"
     assert not find(out, rule="process_exited")
+
+
+def plain_job(rundir: Path, end: str) -> subprocess.Popen[bytes]:
+    """`python plain_job.py RUNDIR END >> RUNDIR/stdout.log`: no probe."""
+    rundir.mkdir(exist_ok=True)
+    with (rundir / "stdout.log").open("ab") as stdout:
+        return subprocess.Popen([sys.executable, PLAIN_JOB, str(rundir), end], stdout=stdout)
+
+
+def exit_statuses_known() -> bool:
+    """Whether this user may listen to the kernel's process events (CAP_NET_ADMIN), as
+    the daemon started by this test may."""
+    from trainsentry.runtime.exits import ExitStatuses
+
+    exits = ExitStatuses()
+    try:
+        return exits.listen()
+    finally:
+        exits.close()
+
+
+def told_of(out: Path, run: str, pid: int) -> dict[str, object] | None:
+    """The first alert that fired on `run` saying process `pid` ended."""
+    return next(
+        (
+            a
+            for a in alerts(out)
+            if a["run"] == run and a["state"] == "firing" and f"process {pid} " in a["message"]
+        ),
+        None,
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a job's writer is found in /proc")
+@pytest.mark.timeout(300)
+def test_plain_jobs_without_the_probe_are_watched_by_their_writer_and_told_in_seconds(
+    tmp_path: Path,
+) -> None:
+    known = exit_statuses_known()  # else the kernel cannot say how a process ended
+    daemon, out, address = start_daemon(tmp_path, quiet="120s", steps="120s")
+    logs = tmp_path / "logs"
+    # run → how its job ends: killed, killed mid-record, exit 3, exit 0, and a job of two
+    # stages appending to one log (the first exits 0, the second is killed)
+    ends = {"wait": "wait", "torn": "torn", "fail": "fail", "clean": "clean", "staged": "clean"}
+    jobs = {run: plain_job(logs / run, end) for run, end in ends.items()}
+    # a run whose writer cannot be seen: written, closed, and nobody holds it
+    (logs / "unseen").mkdir()
+    (logs / "unseen" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    left: dict[str, float] = {}  # when each job was killed or told to stop
+    ended = "finished" if known else "exited"  # a clean exit, as far as can be known
+    stage2: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(
+            lambda: all(
+                (runs_of(address).get(run, {}).get("watched") or {}).get("pid") == job.pid
+                for run, job in jobs.items()
+            ),
+            "every plain job watched by its process", timeout=60,
+        )  # fmt: skip
+        running, watching = runs_of(address), status_of(address)
+        for run in ("fail", "clean", "staged", "torn"):
+            (logs / run / "stop").touch()
+            left[run] = time.time()
+        torn = logs / "torn" / "metrics.jsonl"
+        wait_until(lambda: not torn.read_bytes().endswith(b"\n"), "the torn job cut a record")
+        for run in ("wait", "torn"):
+            left[run] = time.time()
+            os.kill(jobs[run].pid, signal.SIGKILL)
+        for job in jobs.values():
+            job.wait(timeout=30)
+        wait_until(lambda: runs_of(address)["staged"]["state"] == ended, f"stage 1 {ended}")
+        (logs / "staged" / "stop").unlink()
+        stage2 = plain_job(logs / "staged", "wait")
+        wait_until(
+            lambda: (runs_of(address)["staged"].get("watched") or {}).get("pid") == stage2.pid,
+            "the second stage watched",
+        )
+        restarted = runs_of(address)["staged"]
+        left["stage2"] = time.time()
+        stage2.kill()
+        stage2.wait(timeout=30)
+        told = {"wait": "process_exited" if known else "process_gone", "torn": "process_exited"}
+        told["fail"] = told["wait"]
+        pids = {run: job.pid for run, job in jobs.items()}
+        for run in told:
+            wait_until(lambda run=run: told_of(out, run, pids[run]), f"the {run} job told")
+        wait_until(lambda: told_of(out, "staged", stage2.pid), "the second stage told")
+        wait_until(lambda: runs_of(address)["clean"]["state"] == ended, f"the clean job {ended}")
+        runs, status = runs_of(address), status_of(address)
+    finally:
+        for job in [*jobs.values(), *([stage2] if stage2 else [])]:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        daemon.stop()
+    host = socket.gethostname()
+    for run, end in ends.items():
+        watched = running[run]["watched"]
+        assert watched["by"] == "writer" and watched["host"] == host
+        assert watched["command"] == f"python plain_job.py {run} {end}"
+        assert f"{run} [process {pids[run]}: python plain_job.py {run} {end}]" in watching
+    assert running["unseen"]["watched"] is None and "unseen [" not in watching
+    assert runs["unseen"]["state"] == "running"  # today's behaviour: quiet, in 120 s
+
+    def said(run: str, pid: int, end: str, how: str) -> str:
+        return f"process {pid} (python plain_job.py {run} {end}) on host {host} {how}"
+
+    unknown = "is gone, its exit status unknown"
+    how = {
+        "wait": "was killed by SIGKILL" if known else unknown,
+        "torn": "was killed by SIGKILL" if known else "is gone, its last line cut off",
+        "fail": "exited with status 3" if known else unknown,
+    }
+    for run, rule in told.items():
+        alert = told_of(out, run, pids[run])
+        cause = said(run, pids[run], ends[run], how[run])
+        assert alert is not None and alert["rule"] == rule
+        assert alert["message"].startswith(cause)
+        assert alert["severity"] == ("critical" if rule == "process_exited" else "warning")
+        assert alert["log"]["path"] == str(logs / run / "metrics.jsonl")
+        # within 10 s of the kill on a loaded machine: a look every 2 s, then a read
+        assert alert["wall_time"] - left[run] < 10, (run, alert["wall_time"] - left[run])
+        state = "crashed" if rule == "process_exited" else "exited"
+        assert runs[run]["state"] == state and runs[run]["cause"] == cause
+        assert runs[run]["watched"] is None  # its life ended: nothing left to watch
+        assert f"{run} ({state}: {cause})" in status
+    assert not [a for a in alerts(out) if a["run"] == "clean" and a["severity"] == "critical"]
+    assert [a["rule"] for a in alerts(out) if a["run"] == "clean"] == (
+        [] if known else ["process_gone"]
+    )
+    # the second stage: a new process writing the run its first stage ended, running again
+    assert stage2 is not None and restarted["state"] == "running"
+    second = told_of(out, "staged", stage2.pid)
+    assert second is not None and second["rule"] == told["wait"]
+    assert second["message"].startswith(said("staged", stage2.pid, "wait", how["wait"]))
+    assert second["wall_time"] - left["stage2"] < 10
+    assert not find(out, rule="run_stalled")

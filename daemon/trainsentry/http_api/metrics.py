@@ -129,7 +129,8 @@ class DaemonCollector(Collector):
         # leaves the old series, so `trainsentry_run_state{state="crashed"}` lists crashes
         life = GaugeMetricFamily(
             "trainsentry_run_state",
-            "1 for the run's state: running, stalled, finished, crashed, preempted, cancelled.",
+            "1 for the run's state: running, stalled, finished, crashed, preempted, cancelled,"
+            " exited.",
             labels=["run", "state"],
         )
         for r in snap.runs:

@@ -35,7 +35,8 @@ class RunStatus:
     last_step: int
     last_wall_time: float  # the writer's wall time of its newest point
     series: int = 0
-    # its life (rules/log_rules.py): running, stalled, crashed, preempted, cancelled, finished
+    # its life (rules/run_life.py): running, stalled, crashed, preempted, cancelled, finished,
+    # exited
     state: str = "running"
     cause: str = ""
     # what it was started with, by section: MLflow's params and tags, W&B's config
@@ -50,6 +51,9 @@ class RunStatus:
     # the latest of each exported series, by (series, source: "probe" or "log")
     values: Mapping[tuple[str, str], float] = field(default_factory=dict)
     last_error: str = ""
+    # the process whose end would end it, on the daemon's host (rules/run_life.py said):
+    # {"by": "probe" | "writer", "pid", "host", and a writer's "command" and "file"}
+    watched: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +246,8 @@ def _finite(value: float) -> float | None:
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing, state,
-    cause, trace}], "nothing_readable": [a line per watched path that holds no log read]}`."""
+    cause, trace, watched}], "nothing_readable": [a line per watched path that holds no log
+    read]}`."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -259,6 +264,7 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
             "state": r.state,
             "cause": r.cause,
             "trace": {name: dict(entries) for name, entries in r.trace.items()},
+            "watched": dict(r.watched) or None,
             **_job_keys(r),
         }
         for r in sorted(snapshot.runs, key=lambda r: r.run)

@@ -25,7 +25,9 @@ metrics reached (text has no step of its own), its time the event's.
   "run restarted" and it is running again.
 
 The probe's end record and, on the job's host, the process itself end a
-run too (`marked`, `process_gone`; run_life.py says how).
+run too: the process the probe names or, without the probe, the one found
+writing the run's files (`marked`, `writing`, `process_gone`; run_life.py says
+how).
 
 Named groups of the regex become labels of the alert. The alert quotes the
 event's telling lines (telling.py): the line that matched, the last exception
@@ -48,7 +50,15 @@ from trainsentry.rules import model as m
 from trainsentry.rules.attempts import Attempts, Restart, judged
 from trainsentry.rules.hang import HangWatch, Report, Verdict, by_rank
 from trainsentry.rules.needles import needles
-from trainsentry.rules.run_life import ProbeProcess, RunLife, exception_line, life_event
+from trainsentry.rules.run_life import (
+    PROBE,
+    WRITER,
+    Ending,
+    RunLife,
+    RunProcess,
+    exception_line,
+    life_event,
+)
 from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
@@ -87,7 +97,7 @@ class LogAlert:
 class _Run:
     life: RunLife = field(default_factory=RunLife)
     alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
-    processes: dict[str, ProbeProcess] = field(default_factory=dict)  # probe file → its writer
+    processes: dict[str, RunProcess] = field(default_factory=dict)  # file → its writer
 
 
 class LogEngine:
@@ -279,15 +289,19 @@ class LogEngine:
         life.step = step
         out: list[Transition] = []
         if life.ended and wall > life.ended_wall + RESTART_GRACE:
-            for alert in run.alerts.values():
-                if alert.firing:
-                    out.append(self._resolved(alert, run, "run restarted"))
-            run.alerts.clear()
-            run.life = RunLife(step=step, wall=wall)
+            self._restart(run, step, wall, out)
             return out
         life.wall = wall
         self._timers(run, step, wall, out)
         return out
+
+    def _restart(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
+        """The run that ended is written again: its pattern alerts resolve, it runs."""
+        for alert in run.alerts.values():
+            if alert.firing:
+                out.append(self._resolved(alert, run, "run restarted"))
+        run.alerts.clear()
+        run.life = RunLife(step=step, wall=wall)
 
     def stepped(self, run_id: str, records: Iterable[tuple[int, float]]) -> list[Transition]:
         """A run's records (step, stamp), each: the attempts of its job (attempts.py). Each
@@ -380,7 +394,9 @@ class LogEngine:
         for mark in marks:
             run = self._run(mark.run)
             if mark.kind == "meta":
-                run.processes[mark.path] = ProbeProcess.of(mark)
+                # the probe says more than a writer found in /proc: its end record
+                run.processes = {k: p for k, p in run.processes.items() if p.by == PROBE}
+                run.processes[mark.path] = RunProcess.of(mark)
                 continue
             process = run.processes.get(mark.path)
             if process is not None:
@@ -393,7 +409,37 @@ class LogEngine:
                 self._end_life(mark.run, run.life, "finished", "", mark.wall_time)
         return out
 
-    def processes(self, host: str, namespace: str) -> list[tuple[str, ProbeProcess]]:
+    def writing(self, run_id: str, process: RunProcess) -> list[Transition]:
+        """A process found holding one of the run's files open for writing (a WRITER,
+        runtime/writers.py): watched from now on as the probe's process would be. A run
+        its last writer's end ended is written by another process: restarted."""
+        run = self._run(run_id)
+        out: list[Transition] = []
+        if any(p.by == PROBE for p in run.processes.values()):
+            return out
+        life = run.life
+        if life.ended:
+            if not life.by_writer:
+                return out  # its logs said how it ended; RESTART_GRACE tells a restart
+            self._restart(run, life.step, life.wall, out)
+        run.processes[process.path] = process
+        return out
+
+    def unwatched(self, runs: Iterable[str]) -> list[str]:
+        """Of `runs`, those that no probe names and no live writer writes, still running
+        or ended by their writer's end: the runs whose writer is to be looked for."""
+        out = []
+        for name in runs:
+            run = self._runs.get(name)
+            if run is None:
+                out.append(name)
+                continue
+            watched = any(p.by == PROBE or not p.ended for p in run.processes.values())
+            if not watched and (not run.life.ended or run.life.by_writer):
+                out.append(name)
+        return out
+
+    def processes(self, host: str, namespace: str) -> list[tuple[str, RunProcess]]:
         """The processes of live runs a daemon on `host`, in pid namespace `namespace`,
         can see die."""
         return [
@@ -404,16 +450,40 @@ class LogEngine:
             if process.checkable(host, namespace)
         ]
 
-    def process_gone(self, run_id: str, path: str, wall: float) -> list[Transition]:
-        """The process that writes `path` is gone and wrote no end record: it crashed."""
+    def watching(self, run_id: str, host: str, namespace: str) -> RunProcess | None:
+        """The process watched for a live run (the probe's first), for `status`."""
+        run = self._runs.get(run_id)
+        if run is None or run.life.ended:
+            return None
+        live = [p for p in run.processes.values() if p.checkable(host, namespace)]
+        return min(live, key=lambda p: p.by != PROBE, default=None)
+
+    def process_of(self, run_id: str, path: str) -> RunProcess | None:
+        run = self._runs.get(run_id)
+        return run.processes.get(path) if run is not None else None
+
+    def process_gone(
+        self, run_id: str, path: str, wall: float, ending: Ending | None = None
+    ) -> list[Transition]:
+        """The process that writes `path` is gone. The probe's wrote no end record: it
+        crashed. A writer's ended as `ending` says (runtime/writers.py): crashed or
+        exited with a line of the run's life to judge, finished with none, or nothing
+        said (state "": the watch ends and the run goes on as its logs tell)."""
         run = self._runs.get(run_id)
         process = run.processes.get(path) if run is not None else None
         if run is None or process is None or process.ended or run.life.ended:
             return []
         process.ended = "gone"
-        text = process.gone_line()
-        event = life_event(run_id, path, process.line, wall, text)
-        return self._ended_by(run, event, "crashed", text)
+        if ending is None or process.by != WRITER:
+            ending = Ending("crashed", process.gone_line())
+        out: list[Transition] = []
+        if ending.line:
+            event = life_event(run_id, path, process.line, wall, ending.line)
+            out = self._ended_by(run, event, ending.state, ending.line)
+        elif ending.state:
+            self._end_life(run_id, run.life, ending.state, "", wall)
+        run.life.by_writer = process.by == WRITER and run.life.ended
+        return out
 
     def _ended_by(self, run: _Run, event: TextEvent, state: str, cause: str) -> list[Transition]:
         """Judge the event; a run no rule ended (the rule dropped) ends as it says anyway."""
@@ -481,7 +551,8 @@ class LogEngine:
         step: int,
         groups: dict[str, str],
     ) -> str:
-        where = f"{event.path}:{event.line}"
+        # line 0: no line of the file said it (a writer's process gone, runtime/writers.py)
+        where = f"{event.path}:{event.line}" if event.line else event.path
         quoted = "\n".join(f"  {line}" for line in alert.telling[1:])
         default = f"{alert.telling[0]} ({where})" + (f"\n{quoted}" if quoted else "")
         if rule.message is None:

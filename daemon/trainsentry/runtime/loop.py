@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -614,6 +614,16 @@ class Daemon:
     def run_files(self, run: str) -> list[Path]:
         """The log files followed for a run (for incident bundles)."""
         return sorted(t.log.path for t in self._tails.values() if run in t.runs)
+
+    def own_logs(self, runs: Collection[str]) -> dict[str, list[tuple[Path, str]]]:
+        """The logs followed of each of `runs` that are its own (not a file of another run
+        that gives it lines, as one job log gives its ranks'), with their kinds: one pass
+        over the files, however many runs (runtime/writers.py)."""
+        out: dict[str, list[tuple[Path, str]]] = {}
+        for tail in self._tails.values():
+            if tail.log.run in runs:
+                out.setdefault(tail.log.run, []).append((tail.log.path, tail.log.kind))
+        return out
 
     def run_dir(self, run: str) -> Path | None:
         """The run's directory (where its stop file goes); None once it was released."""

@@ -30,11 +30,13 @@ from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace, points_o
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
+from trainsentry.rules.run_life import WRITER, Ending
 from trainsentry.runtime.loop import Daemon
 from trainsentry.runtime.processes import CHECK_SECONDS, ProcessCheck
 from trainsentry.runtime.restart import AlertMemory
 from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
+from trainsentry.runtime.writers import WriterWatch
 from trainsentry.sources import names
 from trainsentry.state.disk_full import HeldState, WriteTrouble
 from trainsentry.stop_signals import on_stop, signals_deferred
@@ -101,6 +103,9 @@ class Service:
         # each rank's step, pace, node and last error, for /metrics and status (a fleet's view)
         self.ranks = RankBook(config.node, lambda tag: self.engine.aliases.resolve(tag))
         self.processes = ProcessCheck()  # the jobs on this host that the probe names
+        # without the probe: the processes found writing runs' files (writers.py)
+        self.writers = WriterWatch(self.processes.host, self.processes.namespace)
+        self._writer_pids: set[int] = set()
         since = time.time() - config.history
         self.printer = AlertPrinter(since=since, jsonl_path=alerts_jsonl)
         self.notifier = Notifier(
@@ -174,6 +179,7 @@ class Service:
         self.store.extend_rows(run, rows)
         self.ranks.rows(run, rows)
         if rows:
+            self.writers.grew(run)
             self.deliver(self.log_engine.stepped(run, (row[:2] for row in rows)))
             self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
             life = self.log_engine.life(run)
@@ -199,6 +205,8 @@ class Service:
         say ended (crashed, preempted) has its metric alerts ended with that reason."""
         self.log_lines.extend(events)
         self.ranks.events(events)
+        for grown in {e.run for e in events}:
+            self.writers.grew(grown)
         self.deliver(self.log_engine.feed(events))
         self._end_runs()
 
@@ -228,21 +236,40 @@ class Service:
 
     def _check_processes(self, now: float) -> None:
         """Every few seconds, idle or not: a job's process gone without an end record
-        (processes.py). A first look asks for the run's files to be read once more; the
-        cycle after that read confirms."""
-        check = self.processes
+        (processes.py), the probe's or, without it, the one found writing the run's files
+        (writers.py). A first look asks for the run's files to be read once more; the
+        cycle after that read confirms. Runs new or unwatched are looked for at a look."""
+        check, writers = self.processes, self.writers
+        if self._writer_pids:  # the kernel's exit statuses, read before they are needed
+            writers.drain(self._writer_pids)
         if check.suspects:
             watched = self.log_engine.processes(check.host, check.namespace)
             for run, path in check.confirm(watched):
-                self.deliver(self.log_engine.process_gone(run, path, time.time()))
+                ending = self._ending(run, path)
+                self.deliver(self.log_engine.process_gone(run, path, time.time(), ending))
+                if ending is not None:
+                    writers.gone(run)
             self._end_runs()
         if now >= check.next_look:
+            due = writers.due(now, self.log_engine.unwatched)
+            for run, process in writers.find(due, self.daemon.own_logs):
+                self.deliver(self.log_engine.writing(run, process))
             watched = self.log_engine.processes(check.host, check.namespace)
+            self._writer_pids = {p.pid for _, p in watched if p.by == WRITER}
+            writers.watching(self._writer_pids)
             for run in check.look(watched, now):
                 self.daemon.look_again(run)
             # an idle loop turns every heartbeat; with processes to look at, every look
             wait = min(HEARTBEAT_SECONDS, CHECK_SECONDS) if watched else HEARTBEAT_SECONDS
             self.daemon.max_wait = wait
+
+    def _ending(self, run: str, path: str) -> Ending | None:
+        """How a writer found gone ended (writers.py); None for the probe's process."""
+        process, life = self.log_engine.process_of(run, path), self.log_engine.life(run)
+        if process is None or process.by != WRITER or (life is not None and life.ended):
+            return None  # the probe's, or a run its logs ended meanwhile: nothing to ask
+        zombie = self.processes.zombies.get((process.pid, process.pid_start))
+        return self.writers.ending(process, zombie)
 
     def _released(self, run: str) -> None:
         life = self.log_engine.life(run)
@@ -255,6 +282,7 @@ class Service:
         self.silence.forget(run)
         self.series_limit.forget(run)
         self.ranks.forget(run)
+        self.writers.forget(run)
 
     def _on_cycle(self) -> None:
         if self._reload_requested:
@@ -305,6 +333,13 @@ class Service:
         for run, life in lives.items():
             runs.append(RunStatus(run, life.step, life.wall, 0, life.state, life.cause))
         runs = [replace(r, trace=trace) if (trace := self.traces.of(r.run)) else r for r in runs]
+        host, namespace = self.processes.host, self.processes.namespace
+        runs = [
+            replace(r, watched=process.said())
+            if (process := self.log_engine.watching(r.run, host, namespace)) is not None
+            else r
+            for r in runs
+        ]
         return [self._in_job(r) for r in runs]
 
     def _in_job(self, status: RunStatus) -> RunStatus:

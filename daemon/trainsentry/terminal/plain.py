@@ -95,7 +95,9 @@ def summary_line(
 
 def run_label(r: dict[str, Any]) -> str:
     """A run's name, with how it ended when it is no longer running (`exp1 (crashed: ...)`),
-    and a rank's place in its job (`  exp/rank3 (rank 3, node-a)`)."""
+    a rank's place in its job (`  exp/rank3 (rank 3, node-a)`), and the process watched
+    for it on the daemon's host (`exp1 [process 1234: python train.py]`, `[probe: process
+    1234]`)."""
     state = r.get("state") or "running"
     name = str(r.get("run"))
     if r.get("rank") is not None:
@@ -105,6 +107,12 @@ def run_label(r: dict[str, Any]) -> str:
         if r.get("node"):
             where.append(str(r["node"]))
         name = f"  {name} ({', '.join(where)})"
+    watched = r.get("watched")
+    if isinstance(watched, dict) and watched.get("pid") is not None:
+        if watched.get("by") == "probe":
+            name += f" [probe: process {watched['pid']}]"
+        else:
+            name += f" [process {watched['pid']}: {watched.get('command') or '?'}]"
     if state == "running":
         return name
     cause = r.get("cause")

@@ -218,9 +218,33 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
         "state": "running",
         "cause": "",
         "trace": {},
+        "watched": None,
         "job": "exp1/seed0",
     }
     assert second["run"] == "exp2/seed0" and second["firing"] == []
+
+
+def test_api_runs_and_status_say_which_process_is_watched_for_a_run() -> None:
+    writer = {"by": "writer", "pid": 4242, "host": "gpu-7", "command": "python train.py",
+              "file": "/logs/plain/metrics.jsonl"}  # fmt: skip
+    runs = (
+        RunStatus("plain", 10, NOW - 1, 1, watched=writer),
+        RunStatus("probed", 10, NOW - 1, 1, watched={"by": "probe", "pid": 77, "host": "gpu-7"}),
+        RunStatus("quiet", 10, NOW - 1, 1, "stalled", watched=writer),
+        RunStatus("elsewhere", 10, NOW - 1, 1),
+    )
+    doc = runs_document(replace(SNAPSHOT, runs=runs, alerts=()), NOW)
+    by_run = {r["run"]: r for r in doc["runs"]}
+    assert by_run["plain"]["watched"] == writer
+    assert by_run["probed"]["watched"] == {"by": "probe", "pid": 77, "host": "gpu-7"}
+    assert by_run["elsewhere"]["watched"] is None
+    labels = [line.split("  ")[0] for line in render_status(doc, {"alerts": []}).splitlines()]
+    assert labels[1:5] == [
+        "elsewhere",
+        "plain [process 4242: python train.py]",
+        "probed [probe: process 77]",
+        "quiet [process 4242: python train.py] (stalled)",
+    ]
 
 
 def test_api_alerts_are_the_alert_lines_and_always_valid_json(server: ApiServer) -> None:

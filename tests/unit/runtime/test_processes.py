@@ -8,14 +8,14 @@ import socket
 import subprocess
 import sys
 
-from trainsentry.rules.run_life import ProbeProcess
+from trainsentry.rules.run_life import RunProcess
 from trainsentry.runtime.processes import ProcessCheck, alive, own_namespace, started_at
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
-def process_of(pid: int, start: int | None) -> ProbeProcess:
-    return ProbeProcess(socket.gethostname(), pid, start, own_namespace(), "run/p.jsonl", 1)
+def process_of(pid: int, start: int | None) -> RunProcess:
+    return RunProcess(socket.gethostname(), pid, start, own_namespace(), "run/p.jsonl", 1)
 
 
 def test_a_live_process_is_alive_and_a_later_one_of_the_same_pid_is_not() -> None:
