@@ -318,10 +318,13 @@ class LogEngine:
     def _restarted(self, run: _Run, restart: Restart, out: list[Transition]) -> None:
         """A job's new attempt began with this run's point: the restarts rules judge it."""
         for rule in self.restart_rules:
-            fired, said = judged(rule.condition, restart)  # type: ignore[arg-type]
+            spec: m.Restarts = rule.condition  # type: ignore[assignment]
+            fired, said = judged(spec, restart)
             alert = run.alerts.get(rule.name)
             if not fired or (alert is not None and alert.firing):
                 continue
+            if (spec.storm or spec.no_progress) and self._firing_in_job(restart.job, rule.name):
+                continue  # a storm is the job's: told once, on the attempt that began it
             if alert is None:
                 alert = run.alerts[rule.name] = LogAlert(rule, restart.run, metric=ATTEMPTS_METRIC)
             alert.matches = restart.restarts
@@ -330,6 +333,13 @@ class LogEngine:
             alert.message = said
             alert.firing = True
             out.append(self._transition(alert, "firing", restart.step, restart.wall, None))
+
+    def _firing_in_job(self, job: str, rule: str) -> bool:
+        for name, other in self._runs.items():
+            alert = other.alerts.get(rule)
+            if alert is not None and alert.firing and member_of(name).job == job:
+                return True
+        return False
 
     def _matched(
         self,

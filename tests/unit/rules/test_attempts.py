@@ -69,3 +69,14 @@ def test_the_attempts_are_saved_with_the_alert_state() -> None:
     assert ("restart_storm", "j_abcdefgh/attempt_2/0") not in fired(out)  # 2 restarts
     out = fed(restored, "j_abcdefgh/attempt_3/0", range(90, 120), T0 + 300)
     assert ("restart_storm", "j_abcdefgh/attempt_3/0") in fired(out)
+
+
+def test_a_storm_is_told_once_for_its_job() -> None:
+    """Restarts 3, 4 and 5 all fall within the half hour: one storm, on the third."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    for n in range(6):
+        run = f"j_abcdefgh/attempt_{n}/0"
+        out += fed(engine, run, range(30 * n, 30 * n + 30), T0 + 60 * n)
+    storms = [run for rule, run in fired(out) if rule == "restart_storm"]
+    assert storms == ["j_abcdefgh/attempt_3/0"]
