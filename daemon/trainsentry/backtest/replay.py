@@ -90,7 +90,7 @@ def _noting(
         before = last.get(point.run)
         last[point.run] = point
         if before is None or (before.step, before.wall_time) != (point.step, point.wall_time):
-            restarts.extend(texts.stepped(point.run, ((point.step, point.wall_time),)))
+            restarts.extend(texts.stepped(point.run, ((point.step, point.wall_time, point.tag),)))
         yield point
 
 

@@ -38,6 +38,7 @@ from trainsentry.rules.condition import fmt
 # attempts one job keeps: a crash loop of a thousand restarts needs only the last few to
 # say it is one (storms and "no progress" look back over a handful)
 MAX_ATTEMPTS = 64
+MAX_SHAPES = 256  # record shapes a run's steps are followed by (a new one per line: bounded)
 # A relaunch begins after the attempt before it went quiet: torchrun's agent takes 7-13 s
 # from a crash to the new attempt's first step (measured on 4 CPU ranks), a scheduler's
 # requeue minutes. Another node's agent of the same launch logs while this one does.
@@ -106,13 +107,21 @@ class Attempts:
     def __init__(self) -> None:
         self._jobs: dict[str, JobAttempts] = {}
         self._current: dict[str, Attempt] = {}  # run → the attempt its points belong to
-        self._last: dict[str, int] = {}  # run → its own latest step (ranks share attempts)
+        # run → record shape → its latest step: a run's series read one file after another
+        # (MLflow's file store, Keras' train/ and validation/) each go back to their
+        # first step, and that is no resume; a series of the run going back is
+        self._last: dict[str, dict[object, int]] = {}
 
-    def saw(self, run: str, step: int, wall: float) -> Restart | None:
-        """A run's point: the restart it begins, if it begins one."""
+    def saw(self, run: str, step: int, wall: float, shape: object = None) -> Restart | None:
+        """A run's record (of `shape`: its tags): the restart it begins, if it begins one."""
         current = self._current.get(run)
-        if current is not None and step >= self._last[run]:
-            self._last[run] = step
+        shapes = self._last.get(run)
+        if shapes is None:
+            shapes = self._last[run] = {}
+        last = shapes.get(shape)
+        if current is not None and (last is None or step >= last):
+            if len(shapes) < MAX_SHAPES or last is not None:
+                shapes[shape] = step
             current.last_step = max(current.last_step, step)
             current.last_wall = max(current.last_wall, wall)
             if step > current.high_step:
@@ -120,7 +129,7 @@ class Attempts:
                 known = self._jobs[member_of(run).job]
                 known.best = max(known.best, step)
             return None
-        self._last[run] = step
+        self._last[run] = {shape: step}  # the others begin afresh: this is a new attempt
         member = member_of(run)
         job = self._jobs.get(member.job)
         if job is None:

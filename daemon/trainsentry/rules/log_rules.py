@@ -303,14 +303,16 @@ class LogEngine:
         run.alerts.clear()
         run.life = RunLife(step=step, wall=wall)
 
-    def stepped(self, run_id: str, records: Iterable[tuple[int, float]]) -> list[Transition]:
-        """A run's records (step, stamp), each: the attempts of its job (attempts.py). Each
-        record, not a read's last: a read of a backlog may hold the end of one attempt and
-        the beginning of the next, the step going back between them."""
+    def stepped(
+        self, run_id: str, records: Iterable[tuple[int, float, object]]
+    ) -> list[Transition]:
+        """A run's records (step, stamp, shape: their tags), each: the attempts of its job
+        (attempts.py). Each record, not a read's last: a read of a backlog may hold the end
+        of one attempt and the beginning of the next, the step going back between them."""
         out: list[Transition] = []
         saw = self.attempts.saw
-        for step, wall in records:
-            restart = saw(run_id, step, wall)
+        for step, wall, shape in records:
+            restart = saw(run_id, step, wall, shape)
             if restart is not None:
                 self._restarted(self._run(run_id), restart, out)
         return out

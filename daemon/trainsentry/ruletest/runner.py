@@ -189,7 +189,7 @@ def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) ->
         while k < len(points) and points[k].wall_time <= wall:
             point = points[k]
             k += 1
-            out.extend(texts.stepped(point.run, ((point.step, point.wall_time),)))
+            out.extend(texts.stepped(point.run, ((point.step, point.wall_time, point.tag),)))
             out.extend(texts.saw(point.run, point.step, point.wall_time))
             life = texts.life(point.run)
             if life is None or not life.ended:  # as the daemon does (runtime/service.py)

@@ -180,7 +180,7 @@ class Service:
         self.ranks.rows(run, rows)
         if rows:
             self.writers.grew(run)
-            self.deliver(self.log_engine.stepped(run, (row[:2] for row in rows)))
+            self.deliver(self.log_engine.stepped(run, (row[:3] for row in rows)))
             self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
             life = self.log_engine.life(run)
             if life is not None and life.ended:
