@@ -127,3 +127,12 @@ def test_no_module_imports_against_the_data_path(graph: dict[str, set[str]]) -> 
 def test_few_modules_stay_at_the_root() -> None:
     root = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert len(root) <= ROOT_MODULES_AT_MOST, root
+
+
+def test_test_files_have_unique_names() -> None:
+    # pytest's default import mode imports a test file by its basename: two files of
+    # one name stop the whole suite at collection, wherever they lie.
+    names: dict[str, list[str]] = {}
+    for path in (REPO / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
