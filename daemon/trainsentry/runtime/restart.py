@@ -387,7 +387,7 @@ class AlertMemory:
         rows = s.series_limit.admit(run, rows)
         s.store.extend_rows(run, rows)
         s.ranks.rows(run, rows)  # a rank's pace and values, shown only: not saved
-        s.relearned_transitions(s.log_engine.stepped(run, (row[:2] for row in rows)))
+        s.relearned_transitions(s.log_engine.stepped(run, rows))
         s.relearned_transitions(s.engine.feed_rows(run, rows))
 
     def keep_only(self, runs: set[str]) -> None:
