@@ -280,6 +280,10 @@ class Daemon:
                 self._relinked.update(k for k in self._tails if k.startswith(below))
         for d in changes.dirs:
             self._discover(Path(d))
+            # a checkpoint folder made or moved into a root followed already (Orbax and
+            # staged saves rename theirs into place): its root looks again
+            if (root := store_of(os.path.join(d, ""))) is not None and root in self._tails:
+                self._pending.add(root)
         for f in changes.files:
             if f in self._tails:
                 self._pending.add(f)

@@ -66,6 +66,8 @@ _FILE_SUFFIXES = (".ckpt", ".pt", ".pth")
 MARKER_NAMES = frozenset({".metadata", "_CHECKPOINT_METADATA", "trainer_state.json"})
 MARKER_SUFFIXES = (".safetensors", ".distcp", ".pt", ".pth", ".bin", ".ckpt")
 NUMBERED_MARKERS = frozenset({".metadata", "_CHECKPOINT_METADATA"})
+# the files a framework writes last, once every other file of the checkpoint is closed
+FRAMEWORK_METADATA = frozenset({".metadata", "_CHECKPOINT_METADATA", "trainer_state.json"})
 # names that are pointers to a checkpoint, never one
 LIGHTNING_LAST = re.compile(r"^last(?:-v\d+)?\.ckpt$")
 DEEPSPEED_POINTER = "latest"

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from trainsentry.point import CHECKPOINT_PREFIX, CHECKPOINT_STEP, Row
 from trainsentry.sources.checkpoint_files import (
     DEEPSPEED_POINTER,
+    FRAMEWORK_METADATA,
     MEGATRON_POINTER,
     PARTIAL_SUFFIXES,
     BadStep,
@@ -75,10 +76,14 @@ from trainsentry.state.db import Checkpoint
 _new = tuple.__new__
 
 # A checkpoint is complete once its files have not changed for this long. torch.save and
-# safetensors write a file in a stream of writes milliseconds apart, and a folder's
-# frameworks write a last file (the markers above) after the others; 10 s also spans a
+# safetensors write a file in a stream of writes milliseconds apart; 10 s also spans a
 # network filesystem's client flushing a writer's pages every 5 s.
 SETTLE_SECONDS = 10.0
+# ... and this long where its framework's last file is there (HF's trainer_state.json,
+# DCP's .metadata, Orbax's _CHECKPOINT_METADATA) or its root's pointer names it: the
+# writer closed every other file before, and closing flushes them (NFS's close-to-open),
+# so only the last file's own few bytes are left to land.
+MARKED_SETTLE_SECONDS = 1.0
 # A folder without its last file this long after anything in it changed is a save that
 # died: an HF or DCP save writes its last file seconds after the others (a sharded
 # save of a large model, minutes); ten minutes without a byte is a writer that is gone.
@@ -379,15 +384,16 @@ class CheckpointTail:
             steady = 0.0
         else:
             steady = mono - seen[1]
-        settled = max(quiet, steady) >= SETTLE_SECONDS
-        ready = _marked(kind, name, step, look, pointers)
-        if ready is None:  # a folder named with a step holding no checkpoint's files (yet)
+        marked = _marked(kind, name, step, look, pointers)
+        if marked is None:  # a folder named with a step holding no checkpoint's files (yet)
             return (None, SETTLE_SECONDS) if quiet < PARTIAL_SECONDS else (NONE, 0.0)
-        if settled and ready and not look.unfinished:
+        settle = MARKED_SETTLE_SECONDS if marked == MARKED else SETTLE_SECONDS
+        settled = max(quiet, steady) >= settle
+        if settled and marked != MISSING and not look.unfinished:
             return COMPLETE, 0.0
         if quiet >= PARTIAL_SECONDS:
             return PARTIAL, 0.0
-        wait = SETTLE_SECONDS - max(quiet, steady) if not settled else PARTIAL_SECONDS - quiet
+        wait = settle - max(quiet, steady) if not settled else PARTIAL_SECONDS - quiet
         return None, wait
 
     def _room(self, out: TailRead, now: float, mono: float) -> None:
@@ -456,33 +462,34 @@ def _entry(entry: os.DirEntry[str]) -> tuple[str, str] | None:
     return (digits, NAMED) if digits is not None else None
 
 
+# what an entry's files say of its completeness, besides settling (`_marked`)
+MARKED, UNMARKED, MISSING = "marked", "unmarked", "missing"
+
+
 def _marked(
     kind: str, name: str, step: int, look: _Look, pointers: dict[str, int | None]
-) -> bool | None:
-    """Whether an entry has what its framework writes last; None for a folder named with a
-    step that holds no checkpoint's files at all (not a checkpoint, or not one yet)."""
+) -> str | None:
+    """MARKED where the entry has what its framework writes last (or its root's pointer
+    names it), MISSING where it lacks that yet, UNMARKED where its framework writes no
+    such thing (its files settling is all there is); None for a folder named with a step
+    that holds no checkpoint's files at all (not a checkpoint, or not one yet)."""
     if kind in (FILE, FLAX):
-        return True
+        return UNMARKED
     if kind == STAGED:
-        return False
+        return MISSING
     if kind == HF:
-        return "trainer_state.json" in look.top
-    if kind == DEEPSPEED:
-        return _pointed_past(pointers, DEEPSPEED_POINTER, step)
-    if kind == MEGATRON:
-        return _pointed_past(pointers, MEGATRON_POINTER, step)
+        return MARKED if "trainer_state.json" in look.top else MISSING
+    if kind in (DEEPSPEED, MEGATRON):
+        pointer = DEEPSPEED_POINTER if kind == DEEPSPEED else MEGATRON_POINTER
+        if pointer not in pointers:
+            return UNMARKED
+        pointed = pointers[pointer]
+        return MARKED if pointed is not None and pointed >= step else MISSING
     if any(n.endswith(".distcp") for n in look.top):  # DCP: its coordinator writes .metadata last
-        return ".metadata" in look.top
-    if not any(marker(name, n) for n in look.top):
-        return None
-    return True
-
-
-def _pointed_past(pointers: dict[str, int | None], name: str, step: int) -> bool:
-    if name not in pointers:
-        return True  # the root has no pointer: its files settling is all there is
-    pointed = pointers[name]
-    return pointed is not None and pointed >= step
+        return MARKED if ".metadata" in look.top else MISSING
+    if look.top & FRAMEWORK_METADATA:
+        return MARKED
+    return UNMARKED if any(marker(name, n) for n in look.top) else None
 
 
 def _pointed(entry: os.DirEntry[str]) -> int | None:

@@ -468,3 +468,34 @@ def test_the_loop_reads_a_settling_checkpoint_again_without_a_sweep(
             daemon.cycle(timeout=0.1)
         assert [(p.run, p.step) for p in got if p.tag == ck.STEP_TAG] == [("job", 4)]
         assert daemon.sweep_interval() > 1  # told by its own look again, not a sweep
+
+
+def test_a_folder_with_its_framework_last_file_is_told_within_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(ck, "time", SimpleNamespace(time=clock.time, monotonic=clock.monotonic))
+    root = tmp_path / "out"
+    folder = hf(root, 10)
+    age(folder, at=clock.now)
+    tail = tail_at(root)
+    assert tail.read().again_in == pytest.approx(ck.MARKED_SETTLE_SECONDS)
+    clock.now += ck.MARKED_SETTLE_SECONDS
+    assert [r.step for r in tail.read().rows if ck.STEP_TAG in r.tags] == [10]
+
+
+def test_a_checkpoint_moved_into_a_followed_root_wakes_it(tmp_path: Path) -> None:
+    from support.in_process import following
+
+    root = tmp_path / "logs"
+    hf(root / "out", 10)
+    staged = hf(tmp_path / "staging", 20)  # written elsewhere, renamed into place (Orbax)
+    with following(root, tmp_path / "state") as (daemon, got):
+        daemon.cycle(timeout=0.1)
+        assert [p.step for p in got if p.tag == ck.STEP_TAG] == [10]
+        staged.rename(root / "out/checkpoint-20")
+        for _ in range(50):
+            if len([p for p in got if p.tag == ck.STEP_TAG]) == 2:
+                break
+            daemon.cycle(timeout=0.1)
+        assert [p.step for p in got if p.tag == ck.STEP_TAG] == [10, 20]
