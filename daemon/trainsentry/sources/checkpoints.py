@@ -99,6 +99,10 @@ MAX_ENTRIES = 10_000
 MAX_FILES = 10_000
 SCAN_FILES = 50_000
 MAX_DEPTH = 8  # folders within a checkpoint (Orbax nests a few)
+# A checkpoint being written is looked into at most this often, however many writes wake
+# its root (a save of a thousand shard files raises an event per write): a look stats
+# every file of it.
+LOOK_EVERY = 1.0
 POINTER_BYTES = 64
 
 STEP_TAG = CHECKPOINT_STEP
@@ -157,6 +161,8 @@ class CheckpointTail:
         self._newest: tuple[int, int] | None = None  # (step, bytes) of the newest complete one
         # entry name → (what it looked like, when it first looked so, monotonic)
         self._steady: dict[str, tuple[tuple[int, int, int], float]] = {}
+        # entry name → (not looked into again before, judged again at), monotonic
+        self._later: dict[str, tuple[float, float]] = {}
         self._said: set[str] = set()
         self._free_at = -math.inf
         self._relearn: set[str] = set()  # names told before the restored state saw them
@@ -210,6 +216,7 @@ class CheckpointTail:
             present = {name for _, name, _ in entries}
             self._told = {n: how for n, how in self._told.items() if n in present}
             self._steady = {n: s for n, s in self._steady.items() if n in present}
+            self._later = {n: t for n, t in self._later.items() if n in present}
         now, mono = time.time(), time.monotonic()
         relearning = bool(self._relearn)
         rows: list[tuple[int, Row, bool]] = []  # (step, row, relearned)
@@ -217,6 +224,10 @@ class CheckpointTail:
         waiting = math.inf
         for step, name, kind in sorted(entries):
             if name in self._told and name not in self._relearn:
+                continue
+            later = self._later.get(name)
+            if later is not None and later[0] > mono:
+                waiting = min(waiting, later[0] - mono)  # what woke it is looked at then
                 continue
             if scanned >= SCAN_FILES:
                 out.more = True
@@ -228,7 +239,9 @@ class CheckpointTail:
             how, settles = self._judge(name, kind, step, look, pointers, now, mono)
             if how is None:
                 waiting = min(waiting, settles)
+                self._later[name] = (mono + min(settles, LOOK_EVERY), mono + settles)
                 continue
+            self._later.pop(name, None)
             relearned = name in self._relearn
             if how == COMPLETE:
                 values = (float(step), float(look.bytes), float(look.files), 0.0)

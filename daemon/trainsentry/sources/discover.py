@@ -158,6 +158,8 @@ def run_directory(log: LogFile, run: str) -> Path:
         return metric[0]
     if log.kind == "mlflow_db" and run.startswith(log.run + "/"):
         return log.path.parent.joinpath(*run[len(log.run) + 1 :].split("/"))
+    if log.kind == "checkpoints":  # a root is a directory: its run's (Root.checkpoints)
+        return log.path.parent if container(log.path) else log.path
     directory = log.path.parent
     return directory.parent if log.tag_prefix else directory
 

@@ -218,7 +218,11 @@ def test_a_staged_save_left_behind_is_partial(tmp_path: Path) -> None:
     ]
 
 
-def test_deepspeed_folders_wait_for_their_pointer(tmp_path: Path) -> None:
+def test_deepspeed_folders_wait_for_their_pointer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(ck, "time", SimpleNamespace(time=clock.time, monotonic=clock.monotonic))
     root = tmp_path / "ds"
     for step in (5, 6):
         write(root / f"global_step{step}/model.pt", 10)
@@ -232,6 +236,9 @@ def test_deepspeed_folders_wait_for_their_pointer(tmp_path: Path) -> None:
     assert got.again_in is not None  # global_step6 is looked at again
     pointer.unlink()
     os.symlink("global_step6", root / "latest")  # a symlinked pointer: read, never followed
+    woken = tail.read()  # at once: a checkpoint being written is looked into once a second
+    assert woken.rows == [] and woken.again_in == pytest.approx(ck.LOOK_EVERY)
+    clock.now += ck.LOOK_EVERY
     assert [r.step for r in tail.read().rows if ck.STEP_TAG in r.tags] == [6]
 
 
