@@ -14,7 +14,8 @@ on the run the root belongs to (discover.py: a `checkpoints/` folder's run is
 its parent's, any other root's its own). A folder left incomplete is told once
 as `checkpoint/partial = 1`; every so often the root's filesystem is looked at
 for the room the next save needs (`checkpoint/free_bytes`, and `checkpoint/room`:
-how many checkpoints of the newest one's size fit). `replay` and `dump` read a
+how many checkpoints of the newest one's size fit), a row at the newest
+checkpoint's step and stamp. `replay` and `dump` read a
 root through this same tail, so what a backtest says of checkpoints is what the
 daemon said.
 
@@ -158,7 +159,8 @@ class CheckpointTail:
         self._dev = self._ino = 0
         self._told: dict[str, str] = {}  # entry name → how it was told (kept while it exists)
         self._count = 0  # entries ever told: the offset a restart compares
-        self._newest: tuple[int, int] | None = None  # (step, bytes) of the newest complete one
+        # (step, bytes, completion) of the newest complete checkpoint
+        self._newest: tuple[int, int, float] | None = None
         # entry name → (what it looked like, when it first looked so, monotonic)
         self._steady: dict[str, tuple[tuple[int, int, int], float]] = {}
         # entry name → (not looked into again before, judged again at), monotonic
@@ -172,7 +174,7 @@ class CheckpointTail:
             self._count = checkpoint.offset
             self._dev, self._ino = checkpoint.dev, checkpoint.ino
             newest = state.get("newest")
-            self._newest = (int(newest[0]), int(newest[1])) if newest else None
+            self._newest = (int(newest[0]), int(newest[1]), float(newest[2])) if newest else None
             if relearn_from is not None:
                 seen = relearn_from.decoder_state.get("told", {})
                 told = {n for n, how in self._told.items() if how in (COMPLETE, PARTIAL)}
@@ -249,7 +251,7 @@ class CheckpointTail:
                     (step, _new(Row, (step, look.newest / 1e9, COMPLETE_TAGS, values)), relearned)
                 )
                 if self._newest is None or step >= self._newest[0]:
-                    self._newest = (step, look.bytes)
+                    self._newest = (step, look.bytes, look.newest / 1e9)
             elif how == PARTIAL:
                 rows.append(
                     (step, _new(Row, (step, look.newest / 1e9, PARTIAL_TAGS, (1.0,))), relearned)
@@ -264,7 +266,7 @@ class CheckpointTail:
         if waiting < math.inf:
             out.again_in = max(0.1, waiting)
         if not relearning and mono - self._free_at >= FREE_SECONDS:
-            self._room(out, now, mono)
+            self._room(out, mono)
         return out
 
     def _list(
@@ -409,8 +411,10 @@ class CheckpointTail:
         wait = settle - max(quiet, steady) if not settled else PARTIAL_SECONDS - quiet
         return None, wait
 
-    def _room(self, out: TailRead, now: float, mono: float) -> None:
-        """The root's free space, and how many checkpoints of the newest one's size fit."""
+    def _room(self, out: TailRead, mono: float) -> None:
+        """The root's free space, and how many checkpoints of the newest one's size fit: at
+        that checkpoint's step and stamp, so a look moves no run's time (a run whose job
+        ended does not look alive for its disk being looked at) and replaces the last."""
         if self._newest is None or self._newest[1] <= 0:
             return
         self._free_at = mono
@@ -419,8 +423,8 @@ class CheckpointTail:
         except OSError:
             return
         free = fs.f_bavail * fs.f_frsize
-        step, size = self._newest
-        out.rows.append(_new(Row, (step, now, ROOM_TAGS, (float(free), free / size))))
+        step, size, wall = self._newest
+        out.rows.append(_new(Row, (step, wall, ROOM_TAGS, (float(free), free / size))))
 
     def _say(self, out: TailRead, message: str) -> None:
         """A bad record: skipped, said once and counted."""
