@@ -286,6 +286,7 @@ class CheckpointTail:
                         whole = False
                         self._note(
                             out,
+                            "entries",
                             f"{safe_name(self.path)}: more than {MAX_ENTRIES:,} entries: the"
                             f" first {MAX_ENTRIES:,} listed are followed",
                         )
@@ -374,8 +375,10 @@ class CheckpointTail:
         if look.capped:
             self._note(
                 out,
+                "files",
                 f"{safe_name(path)}: a checkpoint of more than {MAX_FILES:,} files: its size is"
-                f" that of the first {MAX_FILES:,} counted",
+                f" that of the first {MAX_FILES:,} counted (said once for the checkpoints of"
+                f" {safe_name(self.path)})",
             )
         return look
 
@@ -433,10 +436,10 @@ class CheckpointTail:
             self.skipped_records += 1
             out.errors.append(message)
 
-    def _note(self, out: TailRead, message: str) -> None:
-        """A bound reached: said once, nothing skipped."""
-        if message not in self._said:
-            self._said.add(message)
+    def _note(self, out: TailRead, bound: str, message: str) -> None:
+        """A bound of the root reached: said once, nothing skipped."""
+        if bound not in self._said:
+            self._said.add(bound)
             out.notes.append(message)
 
     # -- the read position --------------------------------------------------------

@@ -336,6 +336,12 @@ def test_a_huge_folder_is_counted_to_the_cap_and_said_once(
     assert row.values[2] == 50 and row.values[1] == 100
     assert len(got.notes) == 1 and "more than 50 files" in got.notes[0]
     assert got.errors == [] and tail.skipped_records == 0
+    for i in range(60):  # another as large: the bound was said for the root
+        write(root / "step_10" / f"__{i}_0.distcp", 2)
+    write(root / "step_10" / ".metadata", 1)
+    age(root)
+    again = tail.read()
+    assert [r.step for r in again.rows if ck.STEP_TAG in r.tags] == [10] and again.notes == []
 
 
 def test_a_root_of_many_entries_is_read_in_part(
