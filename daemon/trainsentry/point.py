@@ -26,6 +26,13 @@ from trainsentry.jobs import member_of
 
 _new = tuple.__new__
 
+# The series a checkpoint root writes on its run (sources/checkpoints.py), which the rules
+# tell from what the run logs (rules/checkpoints.py): a checkpoint is a file on disk,
+# stamped with its completion, not a record the job logged. `checkpoint/step` is in the
+# row of every complete checkpoint, at the step it holds.
+CHECKPOINT_PREFIX = "checkpoint/"
+CHECKPOINT_STEP = "checkpoint/step"
+
 
 class Sample(NamedTuple):
     tag: str

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Literal, TextIO
 
 from trainsentry.alert import Transition
-from trainsentry.point import Point, ProbeMark, RunEnd, TextEvent
+from trainsentry.point import CHECKPOINT_PREFIX, Point, ProbeMark, Row, RunEnd, TextEvent
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
@@ -55,7 +55,8 @@ def replay_transitions(
     feed = sorted(points, key=wall_order) if order == "time" else points
     texts = LogEngine(ruleset)
     ends = list(ends)
-    if not texts.rules and not texts.restart_rules and not ends:
+    judged_by_texts = texts.rules or texts.restart_rules or texts.overdue_rules or texts.lost_rules
+    if not judged_by_texts and not ends:
         out = engine.feed_all(feed)
         out.extend(engine.finish_all())
         if lives is not None:
@@ -71,7 +72,7 @@ def replay_transitions(
     out.extend(texts.tick(math.inf))  # the ranks' held timeouts: all are in (rules/hang.py)
     out.extend(texts.marked(marks))
     for end in ends:
-        texts.reported(end.run, end.state, end.cause, end.wall)
+        out.extend(texts.reported(end.run, end.state, end.cause, end.wall))
     for run, life in texts.ended:
         out.extend(engine.finish(run, life.reason))
     if lives is not None:
@@ -86,11 +87,20 @@ def replay_transitions(
 def _noting(
     points: Iterable[Point], last: dict[str, Point], texts: LogEngine, restarts: list[Transition]
 ) -> Iterator[Point]:
+    """The points on, each record told to the text engine (a job's attempts and
+    checkpoints): once per record of a run, and every checkpoint's value (a checkpoint
+    is a save, not a record the run logged: it is no run's last point)."""
     for point in points:
+        if point.tag.startswith(CHECKPOINT_PREFIX):
+            row = Row(point.step, point.wall_time, (point.tag,), (point.value,))
+            restarts.extend(texts.stepped(point.run, (row,)))
+            yield point
+            continue
         before = last.get(point.run)
         last[point.run] = point
         if before is None or (before.step, before.wall_time) != (point.step, point.wall_time):
-            restarts.extend(texts.stepped(point.run, ((point.step, point.wall_time, point.tag),)))
+            row = Row(point.step, point.wall_time, (point.tag,), (point.value,))
+            restarts.extend(texts.stepped(point.run, (row,)))
         yield point
 
 

@@ -227,14 +227,14 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
         f" resumed at step"
         f" {attempt.first_step}; the attempt before got to step {before.high_step}"
         + (f" and ended: {before.cause}" if before.cause else "")
-        + f"; {restart.lost_steps()} steps and {_duration(restart.lost_seconds())} of work lost"
+        + f"; {restart.lost_steps()} steps and {duration(restart.lost_seconds())} of work lost"
     )
     restarts = restart.recent[1:]  # the first attempt is no restart
     if spec.storm is not None and spec.within is not None:
         window = [a for a in restarts if attempt.first_wall - a.first_wall <= spec.within]
         if len(window) < spec.storm:
             return False, said
-        return True, f"{said}; {len(window)} restarts in {_duration(spec.within)}"
+        return True, f"{said}; {len(window)} restarts in {duration(spec.within)}"
     if spec.no_progress is not None:
         last = [a for a in restarts if a.logged][-spec.no_progress :]
         if len(last) < spec.no_progress:
@@ -248,7 +248,7 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
     return True, said
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{fmt(seconds)} s"
     if seconds < 7200:

@@ -30,7 +30,7 @@ from typing import Any
 from trainsentry.alert import Severity, State, Transition
 from trainsentry.jobs import member_of
 from trainsentry.jobs.identity import MAX_RANKS_COMPARED
-from trainsentry.point import Point, Row, batches_of
+from trainsentry.point import CHECKPOINT_PREFIX, Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
 from trainsentry.rules.clock import NoDataClock, StaleCondition, ThroughputCondition
@@ -59,6 +59,7 @@ from trainsentry.rules.window import (
 # "grad_norm at step 340 grew ×18 in 40 steps ...": evidence reads as the predicate
 DEFAULT_MESSAGE = "{canonical} at step {step} {evidence}"
 RUN_WIDE = "*"  # the metric of a run-level alert (no data)
+EVERY_SERIES = ("*",)  # the metrics of a rule that reads every series of a run
 # `tick` fires a no-data alert at most a hundredth of its shortest silence late, at
 # most this late (the default pack's 15 minutes: 5 s), and need not be called more
 # often: each call walks every run's clocks, 2 ms a second at a thousand runs.
@@ -229,9 +230,15 @@ class Engine:
         canonical = self.aliases.resolve(tag)
         series: list[m.Rule] = []
         clocks: list[m.Rule] = []
+        saved = tag.startswith(CHECKPOINT_PREFIX)
         for rule, metrics, tags in self._selectors:
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
-                (clocks if isinstance(rule.condition, m.NoData) else series).append(rule)
+                if not isinstance(rule.condition, m.NoData):
+                    series.append(rule)
+                elif not saved or rule.metrics != EVERY_SERIES:
+                    # a checkpoint is a file on disk, not data the run logs: a rule over
+                    # every series does not take a save for the run going on
+                    clocks.append(rule)
         idle = not series and canonical not in self._other_spans
         # one tuple per distinct set of clock rules: _feed compares them by identity
         clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))

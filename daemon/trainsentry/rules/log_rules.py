@@ -29,6 +29,11 @@ run too: the process the probe names or, without the probe, the one found
 writing the run's files (`marked`, `writing`, `process_gone`; run_life.py says
 how).
 
+Beside the text, the records of every run pass through here one by one
+(`stepped`): a job's attempts across restarts (attempts.py) and its checkpoints
+against its progress (checkpoints.py) are judged on them, job by job, and a
+crash's page says the work since the job's last checkpoint.
+
 Named groups of the regex become labels of the alert. The alert quotes the
 event's telling lines (telling.py): the line that matched, the last exception
 line of a traceback and the frame above it, with the log's path and line.
@@ -45,9 +50,16 @@ from typing import Any
 from trainsentry.alert import Transition
 from trainsentry.jobs import member_of
 from trainsentry.jobs.identity import RANK_PREFIX
-from trainsentry.point import ProbeMark, TextEvent
+from trainsentry.point import CHECKPOINT_PREFIX, CHECKPOINT_STEP, ProbeMark, TextEvent
 from trainsentry.rules import model as m
 from trainsentry.rules.attempts import Attempts, Restart, judged
+from trainsentry.rules.checkpoints import (
+    CheckpointBook,
+    JobCheckpoints,
+    Lag,
+    lost_message,
+    overdue_message,
+)
 from trainsentry.rules.hang import HangWatch, Report, Verdict, by_rank
 from trainsentry.rules.needles import needles
 from trainsentry.rules.run_life import (
@@ -63,6 +75,7 @@ from trainsentry.rules.telling import telling
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
 ATTEMPTS_METRIC = "attempts"  # the metric of a restarts alert: the job's attempts
+CHECKPOINTS_METRIC = "checkpoints"  # the metric of a checkpoints alert: the job's saves
 RESTART_GRACE = 30.0
 
 
@@ -109,6 +122,7 @@ class LogEngine:
         self._load(rules)
         self.hang = HangWatch(self._hang_rule)  # ranks' collective timeouts held (hang.py)
         self.attempts = Attempts()  # every job's attempts across restarts (attempts.py)
+        self.checkpoints = CheckpointBook()  # every job's checkpoints (checkpoints.py)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
         every = rules.rules if isinstance(rules, m.RuleSet) else tuple(rules)
@@ -125,6 +139,9 @@ class LogEngine:
             (r for r in every if isinstance(r.condition, m.CollectiveHang)), None
         )
         self.restart_rules = tuple(r for r in every if isinstance(r.condition, m.Restarts))
+        saves = [(r, r.condition) for r in every if isinstance(r.condition, m.Checkpoints)]
+        self.overdue_rules = tuple(r for r, c in saves if not c.lost)
+        self.lost_rules = tuple(r for r, c in saves if c.lost)
 
     def _for(self, kind: str, level: str) -> _Applicable:
         """The rules for events of this kind and level, and every needle of theirs (None
@@ -152,6 +169,7 @@ class LogEngine:
         if self._hang_rule is not None:
             keep[self._hang_rule.name] = self._hang_rule
         keep.update((r.name, r) for r in self.restart_rules)
+        keep.update((r.name, r) for r in (*self.overdue_rules, *self.lost_rules))
         for run in self._runs.values():
             for name, alert in list(run.alerts.items()):
                 if keep.get(name) != alert.rule:
@@ -304,18 +322,130 @@ class LogEngine:
         run.life = RunLife(step=step, wall=wall)
 
     def stepped(
-        self, run_id: str, records: Iterable[tuple[int, float, object]]
+        self, run_id: str, records: Iterable[tuple[int, float, tuple[str, ...], object]]
     ) -> list[Transition]:
-        """A run's records (step, stamp, shape: their tags), each: the attempts of its job
-        (attempts.py). Each record, not a read's last: a read of a backlog may hold the end
-        of one attempt and the beginning of the next, the step going back between them."""
+        """A run's records (Rows: step, stamp, tags, values), each: the attempts of its job
+        (attempts.py, a record's shape its tags) and its checkpoints (checkpoints.py). Each record, not a read's last:
+        a read of a backlog may hold the end of one attempt and the beginning of the next,
+        the step going back between them. A checkpoint's row (its tags `checkpoint/...`,
+        sources/checkpoints.py) is a save, not a step the job logged."""
         out: list[Transition] = []
         saw = self.attempts.saw
-        for step, wall, shape in records:
-            restart = saw(run_id, step, wall, shape)
+        book = self.checkpoints
+        for step, wall, tags, _ in records:
+            if tags and tags[0].startswith(CHECKPOINT_PREFIX):
+                if CHECKPOINT_STEP in tags:
+                    self._saved(run_id, step, wall, out)
+                continue
+            restart = saw(run_id, step, wall, tags)
             if restart is not None:
                 self._restarted(self._run(run_id), restart, out)
+            if book.active:
+                self._logged(run_id, step, wall, out)
         return out
+
+    # --- a job's checkpoints (checkpoints.py) ---
+
+    def _saved(self, run_id: str, step: int, wall: float, out: list[Transition]) -> None:
+        """A complete checkpoint: what fired on its job's saves is over."""
+        job = self.checkpoints.saved(run_id, step, wall)
+        if job is None:
+            return
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        for rule in (*self.overdue_rules, *self.lost_rules):
+            alert = run.alerts.get(rule.name)
+            if alert is not None and alert.firing:
+                alert.firing = False
+                out.append(self._transition(alert, "resolved", step, wall, "recovered"))
+
+    def _logged(self, run_id: str, step: int, wall: float, out: list[Transition]) -> None:
+        """A record of a job that checkpoints: is its last checkpoint overdue?"""
+        job = self.checkpoints.job_of(run_id)
+        if job is None:
+            return
+        job.note(step, wall)
+        for rule in self.overdue_rules:
+            spec: m.Checkpoints = rule.condition  # type: ignore[assignment]
+            lag = job.lag(step, wall, spec.learn)
+            if lag is None or not lag.overdue(spec):
+                continue
+            run = self._run(job.run)
+            alert = run.alerts.get(rule.name)
+            if alert is not None and alert.firing:
+                continue
+            if any(a.firing for r in self.lost_rules if (a := run.alerts.get(r.name))):
+                continue  # the critical said it
+            self._fire_checkpoints(run, rule, job, lag, overdue_message(job, lag), out)
+
+    def _lost(self, run_id: str, how: str, out: list[Transition]) -> None:
+        """One of a job's runs crashed or hung: page the work lost if its checkpoints were
+        overdue at the job's last record, and end the overdue warning (the page says more)."""
+        if not self.lost_rules:
+            return
+        job = self.checkpoints.related(run_id)
+        if job is None or job.logged is None:
+            return
+        run = self._run(job.run)
+        for rule in self.lost_rules:
+            spec: m.Checkpoints = rule.condition  # type: ignore[assignment]
+            lag = job.lag(*job.logged, spec.learn)
+            alert = run.alerts.get(rule.name)
+            if lag is None or not lag.overdue(spec) or (alert is not None and alert.firing):
+                continue
+            self._fire_checkpoints(run, rule, job, lag, lost_message(run_id, how, job, lag), out)
+            for warned in self.overdue_rules:
+                alert = run.alerts.get(warned.name)
+                if alert is not None and alert.firing and warned.group == rule.group:
+                    alert.firing = False
+                    out.append(
+                        self._transition(
+                            alert, "resolved", lag.step, lag.wall, f"inhibited by {rule.name}"
+                        )
+                    )
+
+    def _saves_moot(self, run_id: str, wall: float, out: list[Transition]) -> None:
+        """A run of the job finished: its overdue checkpoints no longer put work at risk."""
+        job = self.checkpoints.related(run_id) if self.checkpoints.active else None
+        run = self._runs.get(job.run) if job is not None else None
+        if job is None or run is None:
+            return
+        for rule in self.overdue_rules:
+            alert = run.alerts.get(rule.name)
+            if alert is not None and alert.firing:
+                alert.firing = False
+                step = job.logged[0] if job.logged else alert.last[0]
+                out.append(self._transition(alert, "resolved", step, wall, "run finished"))
+
+    def _fire_checkpoints(
+        self,
+        run: _Run,
+        rule: m.Rule,
+        job: JobCheckpoints,
+        lag: Lag,
+        said: str,
+        out: list[Transition],
+    ) -> None:
+        alert = run.alerts.get(rule.name)
+        if alert is None:
+            alert = run.alerts[rule.name] = LogAlert(rule, job.run, metric=CHECKPOINTS_METRIC)
+        alert.first = alert.last = (lag.step, lag.wall)
+        alert.matches = lag.steps  # its value: the steps since the last checkpoint
+        alert.labels = {**dict(rule.labels), "checkpoint_step": str(lag.saved_step)}
+        alert.message = said
+        alert.firing = True
+        out.append(self._transition(alert, "firing", lag.step, lag.wall, None))
+
+    def _since_checkpoint(self, run_id: str, wall: float) -> str:
+        """A crash's page's words on the work since the job's last checkpoint; "" where the
+        job has none known."""
+        job = self.checkpoints.related(run_id) if self.checkpoints.active else None
+        if job is None or job.logged is None:
+            return ""
+        step, logged = job.logged
+        said = job.since(step, max(logged, wall) if math.isfinite(wall) else logged)
+        return f"; {said}" if said else ""
 
     def _restarted(self, run: _Run, restart: Restart, out: list[Transition]) -> None:
         """A job's new attempt began with this run's point: the restarts rules judge it."""
@@ -368,9 +498,11 @@ class LogEngine:
         if alert.firing or not _reached(rule.for_, alert.first, alert.last, alert.matches):
             return
         alert.firing = True
-        out.append(self._transition(alert, "firing", step, wall, None))
         cond: m.Pattern = rule.condition  # type: ignore[assignment]
         life = run.life
+        if cond.ends_run not in (None, "finished") and not life.ended:
+            alert.message += self._since_checkpoint(event.run, wall)  # what the end cost
+        out.append(self._transition(alert, "firing", step, wall, None))
         if cond.ends_run is not None and (
             not life.ended or (life.by_fallback and not cond.fallback)
         ):
@@ -380,6 +512,8 @@ class LogEngine:
             self.attempts.ended(event.run, life.cause)
             if first:
                 self.ended.append((event.run, life))
+                if cond.ends_run == "crashed":
+                    self._lost(event.run, "crashed", out)
 
     def _timers(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
         """Streaks that ended, firing alerts no longer logged (keep_firing_for)."""
@@ -418,7 +552,7 @@ class LogEngine:
                 event = life_event(mark.run, mark.path, mark.line, mark.wall_time, text)
                 out += self._ended_by(run, event, "crashed", mark.error or "an exception")
             elif all(p.ended for p in run.processes.values()):
-                self._end_life(mark.run, run.life, "finished", "", mark.wall_time)
+                self._end_life(mark.run, run.life, "finished", "", mark.wall_time, out)
         return out
 
     def writing(self, run_id: str, process: RunProcess) -> list[Transition]:
@@ -500,16 +634,28 @@ class LogEngine:
     def _ended_by(self, run: _Run, event: TextEvent, state: str, cause: str) -> list[Transition]:
         """Judge the event; a run no rule ended (the rule dropped) ends as it says anyway."""
         out = self.feed([event])
-        self._end_life(event.run, run.life, state, cause, event.wall_time)
+        self._end_life(event.run, run.life, state, cause, event.wall_time, out)
         return out
 
-    def _end_life(self, run_id: str, life: RunLife, state: str, cause: str, wall: float) -> None:
+    def _end_life(
+        self,
+        run_id: str,
+        life: RunLife,
+        state: str,
+        cause: str,
+        wall: float,
+        out: list[Transition] | None = None,
+    ) -> None:
         """End a life not ended yet, and tell the runtime (`ended`)."""
         if life.ended:
             return
         life.state, life.cause, life.ended_wall = state, cause, wall
         self.attempts.ended(run_id, cause or state)
         self.ended.append((run_id, life))
+        if out is not None and state == "crashed":
+            self._lost(run_id, "crashed", out)
+        elif out is not None and state == "finished":
+            self._saves_moot(run_id, wall, out)
 
     # --- ending ---
 
@@ -517,25 +663,35 @@ class LogEngine:
         """Resolve what fires on a run and forget it; a run that ended says how."""
         run = self._runs.pop(run_id, None)
         self.attempts.forget(run_id)
+        self.checkpoints.forget(run_id)
         if run is None:
             return []
         if run.life.ended and reason in ("run finished", "run deleted"):
             reason = run.life.reason
         return [self._resolved(a, run, reason) for a in run.alerts.values() if a.firing]
 
-    def reported(self, run_id: str, state: str, cause: str, wall: float) -> None:
+    def reported(self, run_id: str, state: str, cause: str, wall: float) -> list[Transition]:
         """A source says outright that the run ended (MLflow's run status, W&B's exit
         record): its life ends as an `ends_run` rule would end it, and the runtime ends
         its alerts (`ended`). What its logs said already stands: a crash with its
         traceback's words says more than "MLflow run status FAILED"."""
         life = self._run(run_id).life
-        self._end_life(run_id, life, state, cause, wall if math.isfinite(wall) else life.wall)
+        out: list[Transition] = []
+        when = wall if math.isfinite(wall) else life.wall
+        self._end_life(run_id, life, state, cause, when, out)
+        return out
 
-    def stalled(self, run_id: str, stalled: bool) -> None:
-        """The run's data stopped (a no-data rule fired) or resumed."""
+    def stalled(self, run_id: str, stalled: bool) -> list[Transition]:
+        """The run's data stopped (a no-data rule fired) or resumed; stopped while its job's
+        checkpoints were overdue, the work since the last one is paged (checkpoints.py)."""
         run = self._runs.get(run_id)
+        out: list[Transition] = []
         if run is not None and not run.life.ended:
+            was = run.life.state
             run.life.state = "stalled" if stalled else "running"
+            if stalled and was != "stalled":
+                self._lost(run_id, "hung", out)
+        return out
 
     def life(self, run_id: str) -> RunLife | None:
         run = self._runs.get(run_id)

@@ -297,6 +297,19 @@ class Restarts:
     no_progress: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """A job's checkpoints against its progress (rules/checkpoints.py): overdue once a
+    record it logs is `overdue` × the cadence learned from `learn` intervals past its last
+    checkpoint, in steps and in time (and at least `min_late` seconds); with `lost`,
+    judged instead when one of its runs crashed or hung so: the work lost."""
+
+    overdue: float = 3.0
+    learn: int = 2
+    min_late: float = 0.0
+    lost: bool = False
+
+
 RunEnd = Literal["crashed", "preempted", "cancelled", "finished"]
 
 
@@ -361,6 +374,7 @@ Condition = (
     | Pattern
     | CollectiveHang
     | Restarts
+    | Checkpoints
 )
 
 

@@ -303,8 +303,15 @@ class RestartsSpec(Strict):
         return self
 
 
+class CheckpointsSpec(Strict):
+    overdue: float = Field(3.0, gt=1)
+    learn: Count = 2
+    min_late: SecondsField = m.Span(0.0, "seconds")
+    lost: bool = False
+
+
 # rules on text logs and job life (log_rules.py), not series
-TEXT_KINDS = ("pattern", "collective_hang", "restarts")
+TEXT_KINDS = ("pattern", "collective_hang", "restarts", "checkpoints")
 CONDITIONS: dict[str, type[Strict]] = {
     "non_finite": NonFiniteSpec,
     "threshold": ThresholdSpec,
@@ -321,6 +328,7 @@ CONDITIONS: dict[str, type[Strict]] = {
     "pattern": PatternSpec,
     "collective_hang": CollectiveHangSpec,
     "restarts": RestartsSpec,
+    "checkpoints": CheckpointsSpec,
 }
 
 
@@ -364,6 +372,7 @@ class RuleSpec(Strict):
     pattern: PatternSpec | None = None
     collective_hang: CollectiveHangSpec | None = None
     restarts: RestartsSpec | None = None
+    checkpoints: CheckpointsSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -412,6 +421,11 @@ class RuleSpec(Strict):
                 "a pattern's `keep_firing_for` is a quiet span of steps or time, with no"
                 " points in it to count: drop `and N points`"
             )
+        if found[0] == "checkpoints" and (self.for_ or self.keep_firing_for):
+            raise ValueError(
+                "a checkpoints rule fires when the job is overdue and resolves at its next"
+                " checkpoint: no `for` or `keep_firing_for`"
+            )
         if self.metric is None and self.tag is None and found[0] not in ("no_data", *TEXT_KINDS):
             raise ValueError("a rule needs `metric` (a canonical name or glob) or `tag`")
         return self
@@ -445,6 +459,8 @@ class RuleSpec(Strict):
             fields["min_gap"] = fields["min_gap"].amount
         if kind == "collective_hang":
             fields["grace"] = fields["grace"].amount
+        if kind == "checkpoints":
+            fields["min_late"] = fields["min_late"].amount
         if kind == "restarts" and fields["within"] is not None:
             fields["within"] = fields["within"].amount
         if kind == "growth" and fields["critical_within"] is not None:
@@ -495,6 +511,7 @@ _DATACLASSES: dict[str, Any] = {
     "pattern": m.Pattern,
     "collective_hang": m.CollectiveHang,
     "restarts": m.Restarts,
+    "checkpoints": m.Checkpoints,
 }
 
 

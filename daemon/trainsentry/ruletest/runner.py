@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 
 from trainsentry.alert import Transition
 from trainsentry.jobs import member_of
-from trainsentry.rules.engine import Engine
+from trainsentry.point import CHECKPOINT_PREFIX, Row
+from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.ruletest.spec import Case, ExpectedAlert, ExpectedTransition, TestFile
 from trainsentry.sources.textlog import LogDecoder
@@ -189,8 +190,10 @@ def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) ->
         while k < len(points) and points[k].wall_time <= wall:
             point = points[k]
             k += 1
-            out.extend(texts.stepped(point.run, ((point.step, point.wall_time, point.tag),)))
-            out.extend(texts.saw(point.run, point.step, point.wall_time))
+            row = Row(point.step, point.wall_time, (point.tag,), (point.value,))
+            out.extend(texts.stepped(point.run, (row,)))
+            if not point.tag.startswith(CHECKPOINT_PREFIX):  # a save is no logged step
+                out.extend(texts.saw(point.run, point.step, point.wall_time))
             life = texts.life(point.run)
             if life is None or not life.ended:  # as the daemon does (runtime/service.py)
                 out.extend(engine.feed(point))
@@ -198,7 +201,11 @@ def run_case(case: Case, engine: Engine, log_engine: LogEngine | None = None) ->
         while texts.ended:
             run, life = texts.ended.pop(0)
             out.extend(engine.finish(run, life.reason))
-        out.extend(engine.tick(wall))
+        ticked = engine.tick(wall)
+        out.extend(ticked)
+        for t in ticked:  # a run that went quiet is stalled, as the daemon tells it
+            if t.metric == RUN_WIDE:
+                out.extend(texts.stalled(t.run, t.state == "firing"))
         out.extend(texts.tick(wall))  # held collective timeouts (rules/hang.py)
     snapshots += [(at.step, shown()) for at in pending]
     out.extend(texts.tick(math.inf))  # what a replay decides at its end (hang.py)

@@ -91,6 +91,9 @@ class CaseSpec(Strict):
     # but where `rank_series` gives a rank series of its own
     ranks: int | None = Field(None, ge=2, le=64)
     rank_series: dict[int, dict[str, str | SeriesSpec]] = Field(default_factory=dict)
+    # series of the case's run itself beside its ranks: the job's own logs (its checkpoints
+    # on the run above its ranks, as HF's output_dir holds them above its runs/)
+    job_series: dict[str, str | SeriesSpec] = Field(default_factory=dict)
     # the case's job restarted: each attempt a run of its own, `<run>_testagnt/attempt_<N>/0`
     attempts: list[AttemptSpec] = Field(default_factory=list, max_length=64)
     logs: list[LogSpec] = Field(default_factory=list)
@@ -103,8 +106,10 @@ class CaseSpec(Strict):
     def _expects_something(self) -> CaseSpec:
         if self.expect_transitions is None and not self.expect_at:
             raise ValueError("a test needs `expect_transitions` (use [] for none) or `expect_at`")
-        if not self.series and not self.logs and not self.attempts:
+        if not self.series and not self.logs and not self.attempts and not self.job_series:
             raise ValueError("a test needs `series`, `attempts` or `logs`")
+        if self.job_series and self.ranks is None:
+            raise ValueError("`job_series` are the run above the case's `ranks`: give `ranks`")
         if self.attempts and (self.series or self.ranks or self.expect_at):
             raise ValueError("`attempts` give the series, on no ranks and no `expect_at`")
         if any(log.attempt is not None and log.attempt >= len(self.attempts) for log in self.logs):
@@ -367,10 +372,13 @@ def _built(
 def _series_of(
     spec: CaseSpec, base: YamlPath
 ) -> list[tuple[int, str, str, str | SeriesSpec, YamlPath]]:
-    """(rank, run, tag, series, where) of every series a case's run or job logs."""
+    """(rank, run, tag, series, where) of every series a case's run or job logs; the job's
+    own series (`job_series`) before its ranks' at a step, as rank -1."""
     if spec.ranks is None:
         return [(0, spec.run, t, s, (*base, "series", t)) for t, s in spec.series.items()]
-    out = []
+    out: list[tuple[int, str, str, str | SeriesSpec, YamlPath]] = [
+        (-1, spec.run, t, s, (*base, "job_series", t)) for t, s in spec.job_series.items()
+    ]
     for rank in range(spec.ranks):
         own = spec.rank_series.get(rank, {})
         for tag, series in {**spec.series, **own}.items():

@@ -179,6 +179,7 @@ class Daemon:
         self._relearners: set[str] = set()  # files made to relearn; some may be done
         self._unsaved: dict[str, Tail] = {}  # read since the last commit
         self._holding: dict[str, float] = {}  # text logs holding an event → when to let go
+        self._due: dict[str, float] = {}  # logs to read again at a time, changed or not
         self._next_commit = 0.0
         self._last_sweep = 0.0
         self._cycle_began = 0.0
@@ -259,6 +260,8 @@ class Daemon:
                 wait = min(wait, max(0.0, self._next_commit - time.monotonic()))
             if self._holding:  # a held event is let go after a quiet moment
                 wait = min(wait, max(0.0, min(self._holding.values()) - time.monotonic()))
+            if self._due:  # a checkpoint that is settling is looked at again
+                wait = min(wait, max(0.0, min(self._due.values()) - time.monotonic()))
             self._wait(wait)
             gap = self._cycle_began + BATCH_SECONDS - time.monotonic()
             if gap > 0 and not self.stopping:
@@ -280,6 +283,10 @@ class Daemon:
                 self._relinked.update(k for k in self._tails if k.startswith(below))
         for d in changes.dirs:
             self._discover(Path(d))
+            # a checkpoint folder made or moved into a root followed already (Orbax and
+            # staged saves rename theirs into place): its root looks again
+            if (root := store_of(os.path.join(d, ""))) is not None and root in self._tails:
+                self._pending.add(root)
         for f in changes.files:
             if f in self._tails:
                 self._pending.add(f)
@@ -287,6 +294,12 @@ class Daemon:
                 self._pending.add(db)  # a SQLite store changes through its journal or WAL
             elif is_log(f) and os.path.isfile(f):
                 self._discover(Path(f))
+        if self._due:
+            now = time.monotonic()
+            for key, due in list(self._due.items()):
+                if due <= now:
+                    del self._due[key]
+                    self._pending.add(key)
         return self._read(self._pending)
 
     def sweep(self) -> int:
@@ -480,6 +493,12 @@ class Daemon:
             for err in got.errors:
                 self.stats.skipped_records += 1
                 self._on_error(err)
+            for note in got.notes:  # a bound reached: said, nothing skipped
+                self._on_error(note)
+            if got.again_in is not None:
+                self._due[key] = time.monotonic() + got.again_in
+            elif self._due:
+                self._due.pop(key, None)
             points = 0
             if got.others:  # a store's runs: each is a run for --shard and the run limit
                 got.others = [(r, rows) for r, rows in got.others if self._store_run(r)]
@@ -591,6 +610,7 @@ class Daemon:
             self._tails.pop(k).close()
             self._unsaved.pop(k, None)
             self._holding.pop(k, None)
+            self._due.pop(k, None)
             self._relinked.discard(k)
             self.access.forget(k)
             log.info("released %s", k)

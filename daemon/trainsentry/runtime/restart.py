@@ -51,7 +51,7 @@ from typing import BinaryIO, Protocol
 from trainsentry import __version__
 from trainsentry.alert import Transition
 from trainsentry.alerts.grouping import FiringBook
-from trainsentry.point import Point, Row
+from trainsentry.point import CHECKPOINT_PREFIX, Point, Row
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
@@ -386,8 +386,9 @@ class AlertMemory:
         s = self._stages
         rows = s.series_limit.admit(run, rows)
         s.store.extend_rows(run, rows)
-        s.ranks.rows(run, rows)  # a rank's pace and values, shown only: not saved
-        s.relearned_transitions(s.log_engine.stepped(run, (row[:3] for row in rows)))
+        if not (rows and rows[0].tags and rows[0].tags[0].startswith(CHECKPOINT_PREFIX)):
+            s.ranks.rows(run, rows)  # a rank's pace and values, shown only: not saved
+        s.relearned_transitions(s.log_engine.stepped(run, rows))
         s.relearned_transitions(s.engine.feed_rows(run, rows))
 
     def keep_only(self, runs: set[str]) -> None:

@@ -26,7 +26,7 @@ from trainsentry.config import Config, ConfigError, load_config
 from trainsentry.http_api import ApiServer, DaemonSnapshot, HttpApiError, LiveView, SnapshotBoard
 from trainsentry.http_api.view import RunStatus, runs_of_store
 from trainsentry.jobs import member_of
-from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
+from trainsentry.point import CHECKPOINT_PREFIX, ProbeMark, Row, RunEnd, TextEvent, Trace, points_of
 from trainsentry.rules.engine import RUN_WIDE, Engine
 from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
@@ -176,11 +176,14 @@ class Service:
 
     def _evaluate(self, run: str, rows: list[Row]) -> None:
         rows = self.series_limit.admit(run, rows)
+        if rows and rows[0].tags and rows[0].tags[0].startswith(CHECKPOINT_PREFIX):
+            self._checkpoints(run, rows)  # a checkpoint root's read: all its rows are such
+            return
         self.store.extend_rows(run, rows)
         self.ranks.rows(run, rows)
         if rows:
             self.writers.grew(run)
-            self.deliver(self.log_engine.stepped(run, (row[:3] for row in rows)))
+            self.deliver(self.log_engine.stepped(run, rows))
             self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
             life = self.log_engine.life(run)
             if life is not None and life.ended:
@@ -189,6 +192,17 @@ class Service:
             if step:
                 self.engine.shift_clock(run, step)
             self.deliver(self.engine.feed_rows(run, part))
+
+    def _checkpoints(self, run: str, rows: list[Row]) -> None:
+        """A checkpoint root's rows (sources/checkpoints.py): saves on disk, stamped with
+        their completion, not records the job logged, so they move no run's step, pace or
+        silence; the job's checkpoints are judged against its records (log_rules.py), and
+        the rules on their sizes and the disk's room by the engine."""
+        self.store.extend_rows(run, rows)
+        self.deliver(self.log_engine.stepped(run, rows))
+        life = self.log_engine.life(run)
+        if life is None or not life.ended:
+            self.deliver(self.engine.feed_rows(run, rows))
 
     def relearned_transitions(self, transitions: list[Transition]) -> None:
         """Transitions re-derived after a restart (restart.py): the firing book learns them."""
@@ -216,7 +230,7 @@ class Service:
         for run, trace in traces:
             self.traces.add(run, trace)
         for end in ends:
-            self.log_engine.reported(end.run, end.state, end.cause, end.wall)
+            self.deliver(self.log_engine.reported(end.run, end.state, end.cause, end.wall))
         self._end_runs()
 
     def _probe_marks(self, run: str, marks: list[ProbeMark]) -> None:
@@ -296,10 +310,10 @@ class Service:
             if now >= self._next_clocks:
                 self._next_clocks = now + max(TICK_SECONDS, self.engine.tick_every)
                 ticked = self.engine.tick(self.silence.look(), self.silence.now_of)
+                self.deliver(ticked)
                 for t in ticked:  # a run whose data stopped is stalled, as its status says
                     if t.metric == RUN_WIDE:
-                        self.log_engine.stalled(t.run, t.state == "firing")
-                self.deliver(ticked)
+                        self.deliver(self.log_engine.stalled(t.run, t.state == "firing"))
             if self.log_engine.hang.waiting:  # ranks' collective timeouts (rules/hang.py)
                 self.deliver(self.log_engine.tick(time.time()))
                 self._end_runs()

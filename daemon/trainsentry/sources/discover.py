@@ -29,6 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainsentry.jobs import member_of, rank_in_name, ranked_run
+from trainsentry.sources.checkpoint_files import (
+    checkpoint_file,
+    container,
+    folder_by_name,
+    marker,
+    named_step,
+    root_of,
+    woken_root,
+)
 from trainsentry.sources.mlflow_files import metric_key, run_key, run_record, store_relative
 from trainsentry.sources.mlflow_files import run_name as mlflow_run_name
 from trainsentry.sources.names import safe_name
@@ -63,6 +72,7 @@ CONTROL_DIR = ".trainsentry"
 class LogFile:
     path: Path
     # "tfevents" | "jsonl" | "csv" | "text" | "wandb" | "mlflow_db" | "mlflow_metric" | "mlflow_run"
+    # | "checkpoints" (a directory of checkpoints: sources/checkpoints.py)
     kind: str
     run: str
     tag_prefix: str
@@ -115,19 +125,24 @@ def classify(name: str) -> str | None:
 
 def is_log(path: str) -> bool:
     """Whether a changed path may be a log (for the watcher's events; describe decides)."""
-    return classify(os.path.basename(path)) is not None or metric_key(Path(path)) is not None
+    return (
+        classify(os.path.basename(path)) is not None
+        or metric_key(Path(path)) is not None
+        or woken_root(path) is not None
+    )
 
 
 def store_of(path: str) -> str | None:
     """The log a changed file that is none belongs to: the database of a SQLite journal
-    or WAL file, the run tail of an MLflow run's param, tag or meta.yaml; else None."""
+    or WAL file, the run tail of an MLflow run's param, tag or meta.yaml, the checkpoint
+    root a checkpoint's file is saved in (by names: the caller looks it up); else None."""
     for suffix in _SQLITE_COMPANIONS:
         if path.endswith(suffix):
             return path[: -len(suffix)]
     if path.endswith("meta.yaml") or "/params/" in path or "/tags/" in path:
         run_dir = run_record(Path(path))
         return str(run_key(run_dir)) if run_dir is not None else None
-    return None
+    return woken_root(path)
 
 
 def run_directory(log: LogFile, run: str) -> Path:
@@ -143,6 +158,8 @@ def run_directory(log: LogFile, run: str) -> Path:
         return metric[0]
     if log.kind == "mlflow_db" and run.startswith(log.run + "/"):
         return log.path.parent.joinpath(*run[len(log.run) + 1 :].split("/"))
+    if log.kind == "checkpoints":  # a root is a directory: its run's (Root.checkpoints)
+        return log.path.parent if container(log.path) else log.path
     directory = log.path.parent
     return directory.parent if log.tag_prefix else directory
 
@@ -206,6 +223,9 @@ class Root:
             return None
         top = self.top if self.top.is_dir() else self.top.parent
         if kind is None:
+            saved_in = root_of(path, top)
+            if saved_in is not None:  # a checkpoint's file: its root is the log followed
+                return self.checkpoints(saved_in)
             metric = metric_key(path)
             record = run_record(path) if metric is None and path.name == "meta.yaml" else None
             run_dir = metric[0] if metric is not None else record
@@ -245,6 +265,28 @@ class Root:
             run = ranked_run(run, rank)
         return LogFile(path=path, kind=kind, run=run, tag_prefix=prefix, inside=self.inside)
 
+    def checkpoints(self, root: Path) -> LogFile:
+        """The log of a checkpoint root (checkpoints.py): a `checkpoints/` folder's run is
+        its parent's (Lightning's `version_0/checkpoints/` is the run `version_0`, where its
+        TensorBoard logs are), any other root's its own (HF's output_dir, beside its
+        `runs/<date>/` logs: one job, jobs/identity.py)."""
+        run_dir = root
+        if container(root) and self.rel_root in root.parents:
+            run_dir = root.parent
+        top = self.top if self.top.is_dir() else self.top.parent
+        run, _ = run_of(run_dir, self.rel_root, self.name, top)
+        return LogFile(root, "checkpoints", run, "", inside=self.inside)
+
+    def _entry_root(self, folder: Path, filenames: list[str], top: Path) -> Path | None:
+        """The root of `folder` when it is a checkpoint (by its name, or a checkpoint's
+        file in it) below the path given; None else."""
+        if folder == top or (folder.parent != top and top not in folder.parent.parents):
+            return None
+        name = folder.name
+        if folder_by_name(name) is not None or any(marker(name, f) for f in filenames):
+            return folder.parent
+        return None
+
     def scan(self, top: Path | None = None) -> list[LogFile]:
         """Every log file under `top` (default: the whole root), in sorted order."""
         return self.walk(top)[0]
@@ -281,13 +323,40 @@ class Root:
             return ([found] if found else []), 0
         out: list[LogFile] = []
         walked = 0
+        given = self.top if self.top.is_dir() else self.top.parent
+        roots: set[str] = set()  # checkpoint roots found in this walk: one log each
+
+        def saved_in(root: Path) -> None:
+            key = str(root)
+            if key not in roots and key not in known:
+                roots.add(key)
+                out.append(self.checkpoints(root))
+
         for dirpath, dirnames, filenames in os.walk(
             top, onerror=errors.append if errors is not None else None
         ):
             walked += 1
             dirnames[:] = sorted(d for d in dirnames if d != CONTROL_DIR and d != ".git")
             base = Path(dirpath)
+            # A checkpoint's files are its root's tail's to count (checkpoints.py): the
+            # walk finds the root and goes no deeper into its checkpoints.
+            entry_root = self._entry_root(base, filenames, given)
+            if entry_root is not None:
+                saved_in(entry_root)
+                dirnames[:] = []
+                continue
+            followed = dirpath in known or dirpath in roots
+            held = [
+                d
+                for d in dirnames
+                if folder_by_name(d) is not None or (followed and named_step(d) is not None)
+            ]
+            if held or any(checkpoint_file(n) is not None for n in filenames):
+                saved_in(base)
+                dirnames[:] = [d for d in dirnames if d not in held]
             for name in sorted(filenames):
+                if checkpoint_file(name) is not None:
+                    continue  # a checkpoint of the root found above
                 path = os.path.join(dirpath, name)
                 if known and path in known:
                     continue

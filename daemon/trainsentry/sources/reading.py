@@ -128,8 +128,8 @@ def _reads(
     on_busy: Callable[[str], None] | None = None,
 ) -> Iterator[TailRead]:
     """The file's reads from its start to its end, errors told to `on_error`; a log a
-    writer holds locked now (nothing skipped, nothing read) to `on_busy`, or else
-    `on_error`."""
+    writer holds locked now (nothing skipped, nothing read), and a bound reached, to
+    `on_busy`, or else `on_error`."""
     tail = follow(log)
     try:
         while True:
@@ -139,10 +139,12 @@ def _reads(
                     on_error(err)
                 if got.unreadable:
                     on_error(f"{tail.path}: {got.unreadable}")
-            if got.busy:
-                told = on_busy or on_error
-                if told is not None:
-                    told(f"{tail.path}: {got.busy}")
+            told = on_busy or on_error
+            if got.busy and told is not None:
+                told(f"{tail.path}: {got.busy}")
+            if told is not None:  # a bound reached (checkpoints.py): said, nothing skipped
+                for note in got.notes:
+                    told(note)
             if not got.more and isinstance(tail, FileTail):
                 got.events.extend(tail.let_go())  # a finished log: nothing will continue it
             yield got

@@ -66,6 +66,11 @@ class TailRead:
     ends: list[RunEnd] = field(default_factory=list)
     # the probe's meta and end records, of `run`; none while relearning, as events
     marks: list[ProbeMark] = field(default_factory=list)
+    # what is said once without anything skipped: a bound reached (checkpoints.py)
+    notes: list[str] = field(default_factory=list)
+    # read again after this many seconds even if nothing changes: a checkpoint that is
+    # still settling is complete once it has stayed so (checkpoints.py)
+    again_in: float | None = None
 
     @property
     def points(self) -> list[Point]:

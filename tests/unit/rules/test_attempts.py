@@ -5,14 +5,18 @@ from __future__ import annotations
 import pickle
 
 from trainsentry.alert import Transition
+from trainsentry.point import Row
 from trainsentry.rules.loader import load_rules
 from trainsentry.rules.log_rules import LogEngine
 
 T0 = 1_800_000_000.0
 
 
+LOSS = ("loss",)
+
+
 def fed(engine: LogEngine, run: str, steps: range, start: float) -> list[Transition]:
-    return engine.stepped(run, ((s, start + (s - steps.start), ("loss",)) for s in steps))
+    return engine.stepped(run, (Row(s, start + (s - steps.start), LOSS, (1.0,)) for s in steps))
 
 
 def fired(out: list[Transition]) -> list[tuple[str, str]]:
@@ -43,7 +47,7 @@ def test_the_other_node_of_one_launch_is_no_restart() -> None:
     out: list[Transition] = []
     for step in range(100):
         for agent in ("aaaaaaaa", "bbbbbbbb"):
-            out += engine.stepped(f"llm_{agent}/attempt_0/0", ((step, T0 + step, ("loss",)),))
+            out += engine.stepped(f"llm_{agent}/attempt_0/0", (Row(step, T0 + step, LOSS, (1.0,)),))
     assert fired(out) == []
 
 
@@ -86,10 +90,10 @@ def test_a_runs_series_read_one_file_after_another_are_no_restart() -> None:
     """MLflow's file store keeps a file per metric: a run's loss is read to its end, then
     its grad_norm from step 0. Only a series of the run going back is a resume."""
     engine = LogEngine(load_rules())
-    out = engine.stepped("store/exp1/run-1", ((s, T0 + s, ("loss",)) for s in range(500)))
-    out += engine.stepped("store/exp1/run-1", ((s, T0 + s, ("grad_norm",)) for s in range(500)))
+    out = engine.stepped("store/exp1/run-1", (Row(s, T0 + s, LOSS, (1.0,)) for s in range(500)))
+    out += engine.stepped("store/exp1/run-1", (Row(s, T0 + s, ("grad_norm",), (1.0,)) for s in range(500)))
     assert fired(out) == []
     out = engine.stepped(
-        "store/exp1/run-1", ((s, T0 + 900 + s, ("loss",)) for s in range(400, 450))
+        "store/exp1/run-1", (Row(s, T0 + 900 + s, LOSS, (1.0,)) for s in range(400, 450))
     )
     assert fired(out) == [("job_restarted", "store/exp1/run-1")]

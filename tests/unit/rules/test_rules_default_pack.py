@@ -25,7 +25,7 @@ from trainsentry.backtest.replay import replay_transitions
 from trainsentry.point import Point
 from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
-from trainsentry.rules.model import AcrossRanks, CollectiveHang, Pattern, Restarts
+from trainsentry.rules.model import AcrossRanks, Checkpoints, CollectiveHang, Pattern, Restarts
 
 # with the pack's one rule shipped off (val_loss_stagnation) switched on, as its file does
 PACK = load_rules(["default", str(files("trainsentry") / "packs" / "early_stopping.yaml")])
@@ -227,6 +227,41 @@ def fault_stall(run: Series) -> None:
                 row[1] += 3600.0
 
 
+def saving(run: Series, size: float = 4e9) -> None:
+    """The run's checkpoints, every 500 steps, each complete a few seconds after its step."""
+    for tag in ("checkpoint/step", "checkpoint/bytes", "checkpoint/files", "checkpoint/partial"):
+        run[tag] = []
+    for s in range(500, 8001, 500):
+        wall = WALL0 + 0.5 * s + 3.0
+        run["checkpoint/step"].append([s, wall, s])
+        run["checkpoint/bytes"].append([s, wall, size])
+        run["checkpoint/files"].append([s, wall, 6])
+        run["checkpoint/partial"].append([s, wall, 0.0])
+
+
+def fault_checkpoint_partial(run: Series) -> None:
+    saving(run)
+    run["checkpoint/partial"].append([6250, WALL0 + 0.5 * 6250 + 600, 1.0])
+    run["checkpoint/partial"].sort(key=lambda row: row[1])
+
+
+def fault_checkpoint_empty(run: Series) -> None:
+    saving(run)
+    after(run["checkpoint/bytes"], lambda d, v: 0.0, onset=6000)
+
+
+def fault_checkpoint_shrank(run: Series) -> None:
+    saving(run)
+    after(run["checkpoint/bytes"], lambda d, v: v / 4, onset=6000)  # the optimizer state lost
+
+
+def fault_checkpoint_disk(run: Series) -> None:
+    saving(run)
+    run["checkpoint/room"] = [
+        [s, WALL0 + 0.5 * s + 60, max(1.0, 12 - s / 500)] for s in range(500, 8001, 500)
+    ]
+
+
 FAULTS = {
     "loss_non_finite": fault_loss_nan,
     "grad_norm_non_finite": fault_grad_inf,
@@ -255,6 +290,10 @@ FAULTS = {
     "epoch_throughput_drop": fault_slow_epochs,
     "run_stalled": fault_stall,
     "step_stalled": fault_step_hang,
+    "checkpoint_partial": fault_checkpoint_partial,
+    "checkpoint_empty": fault_checkpoint_empty,
+    "checkpoint_shrank": fault_checkpoint_shrank,
+    "checkpoint_disk_room": fault_checkpoint_disk,
 }
 
 
@@ -263,8 +302,9 @@ def test_every_rule_of_the_pack_has_a_fault_here() -> None:
     # live in support/probe_faults.py, on synthetic probe series (test_probe_rules.py)
     # pattern rules read text logs: their real messages are in rules/tests/text_logs_test.yaml;
     # the rules across a job's ranks and attempts need a job: theirs are in
-    # test_rules_ranks.py, test_attempts.py and rules/tests/{ranks,restarts}_test.yaml
-    others = (Pattern, AcrossRanks, CollectiveHang, Restarts)
+    # test_rules_ranks.py, test_attempts.py and rules/tests/{ranks,restarts}_test.yaml;
+    # a job's checkpoints against its records: rules/tests/checkpoints_test.yaml
+    others = (Pattern, AcrossRanks, CollectiveHang, Restarts, Checkpoints)
     names = {r.name for r in PACK.rules if not isinstance(r.condition, others)}
     assert names - set(PROBE_RULES) == set(FAULTS)
     assert set(PROBE_RULES) <= names
@@ -307,6 +347,12 @@ def test_the_pack_is_quiet_on_a_healthy_noisy_decreasing_loss(
 ) -> None:
     got = replay_transitions(as_points(healthy(seed, names)), PACK)
     assert [(t.rule, t.step, t.message) for t in got] == []
+
+
+def test_the_pack_is_quiet_on_a_healthy_run_that_checkpoints() -> None:
+    run = healthy(seed=3)
+    saving(run)
+    assert [(t.rule, t.step) for t in replay_transitions(as_points(run), PACK)] == []
 
 
 def test_exponential_gradient_growth_escalates_before_the_norm_passes_100() -> None:
