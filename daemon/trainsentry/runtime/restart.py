@@ -56,6 +56,7 @@ from trainsentry.rules.engine import Engine
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
 from trainsentry.runtime import heap
+from trainsentry.state.damage import set_aside
 from trainsentry.state.db import Checkpoint
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
@@ -136,11 +137,41 @@ class SnapshotFile:
             try:
                 form, saved_by, rows = pickle.load(source)
                 if form != SNAPSHOT_FORMAT or saved_by != digest:
-                    return None
+                    return None  # other code's: relearned, and overwritten at the next save
                 offsets = {r[0]: Checkpoint(*r) for r in rows}
-            except Exception:  # truncated or garbled: as if there were none
-                return None
-            return Snapshot(source.read(), offsets)
+                blob = source.read()
+            except Exception as exc:  # truncated or garbled: kept aside, said, relearned
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            else:
+                return Snapshot(blob, offsets)
+        self.set_aside(reason)
+        return None
+
+    def set_aside(self, reason: str) -> None:
+        """A snapshot that cannot be read back: moved aside with the time (kept for a
+        look, never read again) and said once, with what is lost."""
+        if self.path is None:
+            self._in_memory = None
+            return
+        try:
+            kept = set_aside(self.path)
+        except OSError as exc:  # the next save replaces it: nothing is read from it again
+            log.warning(
+                "%s is damaged (%s) and cannot be moved aside (%s); relearning from the logs",
+                self.path,
+                reason,
+                exc.strerror or exc,
+            )
+            return
+        log.warning(
+            "%s is damaged (%s); moved aside to %s. Lost with it: the alert state (rule "
+            "windows, pending and firing alerts, who was told); it is relearned from the "
+            "logs, read again from their start, so an alert that fired before may be told "
+            "again.",
+            self.path,
+            reason,
+            kept,
+        )
 
     def save(
         self, digest: str, dump: Callable[[BinaryIO], None], positions: Iterable[Checkpoint]
@@ -229,8 +260,15 @@ class Restart:
         self._next = time.monotonic() + every
         self._earliest = 0.0  # the share of the loop snapshots may take allows one
         saved = file.load(memory.digest)
+        if saved is not None and not memory.restore(saved.blob):
+            file.set_aside("the alert state in it cannot be read back")
+            saved = None
         # where the restored state stopped reading each file; empty: nothing restored
-        self._positions = saved.offsets if saved and memory.restore(saved.blob) else {}
+        self._positions = saved.offsets if saved is not None else {}
+
+    def positions(self) -> dict[str, Checkpoint]:
+        """Where the restored state stopped reading each file (empty: nothing restored)."""
+        return dict(self._positions)
 
     def relearn_from(self, committed: Checkpoint | None) -> Checkpoint | None:
         """For a file being followed: where to relearn from (see relearn_start)."""

@@ -52,13 +52,17 @@ def test_a_failed_save_keeps_the_last_snapshot_and_leaves_nothing_beside_it(
     assert sorted(p.name for p in tmp_path.iterdir() if "snapshot" in p.name) == [SNAPSHOT_FILE]
 
 
-def test_a_damaged_or_unreadable_snapshot_reads_as_none(
+def test_a_damaged_or_unreadable_snapshot_reads_as_none_and_a_damaged_one_is_kept_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     file = SnapshotFile(tmp_path)
     (tmp_path / SNAPSHOT_FILE).write_bytes(b"\x80\x05garbage")
-    assert file.load("v1") is None
-    (tmp_path / SNAPSHOT_FILE).unlink()
+    with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
+        assert file.load("v1") is None
+    kept = [p for p in tmp_path.iterdir() if p.name != SNAPSHOT_FILE]  # moved aside, kept
+    assert [p.read_bytes() for p in kept] == [b"\x80\x05garbage"]
+    assert f"moved aside to {kept[0]}" in caplog.text
+    assert not (tmp_path / SNAPSHOT_FILE).exists()
     (tmp_path / SNAPSHOT_FILE).mkdir()  # cannot be opened as a file (root reads any mode)
     with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
         assert file.load("v1") is None
