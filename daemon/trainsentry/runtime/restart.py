@@ -78,13 +78,18 @@ SNAPSHOT_SECONDS = 60.0
 SNAPSHOT_SHARE = 0.005
 
 
+class UnreadableState(Exception):
+    """A snapshot's alert state that cannot be read back: the file is set aside."""
+
+
 class Memory(Protocol):
     """State kept downstream of the loop's sinks that a restart must not lose."""
 
     digest: str  # of the code that reads `dump`'s bytes back
 
     def restore(self, blob: bytes) -> bool:
-        """Take a saved state back; False if it cannot be used (then all is relearned)."""
+        """Take a saved state back; False if it cannot be used (then all is relearned).
+        UnreadableState, saying why, when the bytes cannot be read back (a damaged file)."""
         ...
 
     def dump(self, out: BinaryIO) -> None:
@@ -260,8 +265,11 @@ class Restart:
         self._next = time.monotonic() + every
         self._earliest = 0.0  # the share of the loop snapshots may take allows one
         saved = file.load(memory.digest)
-        if saved is not None and not memory.restore(saved.blob):
-            file.set_aside("the alert state in it cannot be read back")
+        try:
+            if saved is not None and not memory.restore(saved.blob):
+                saved = None
+        except UnreadableState as exc:
+            file.set_aside(str(exc))
             saved = None
         # where the restored state stopped reading each file; empty: nothing restored
         self._positions = saved.offsets if saved is not None else {}
@@ -363,16 +371,17 @@ def dump_state(
             gc.enable()
 
 
-def load_state(blob: bytes) -> Saved | None:
-    """The saved state, or None (said in the log) when it cannot be used."""
+def load_state(blob: bytes) -> Saved:
+    """The saved state; UnreadableState saying why it cannot be read back (a damaged blob
+    must not stop the daemon: the snapshot is set aside and the state relearned)."""
     try:
         saved = pickle.loads(blob)
-    except Exception as exc:  # a damaged blob must not stop the daemon: relearn instead
-        log.warning("saved alert state unreadable (%s); relearning from the logs", exc)
-        return None
+    except Exception as exc:
+        raise UnreadableState(
+            f"its alert state cannot be read back: {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(saved, Saved):
-        log.warning("saved alert state is of another kind; relearning from the logs")
-        return None
+        raise UnreadableState(f"it holds a {type(saved).__name__}, not an alert state")
     return saved
 
 
@@ -403,8 +412,6 @@ class AlertMemory:
 
     def restore(self, blob: bytes) -> bool:
         loaded = load_state(blob)
-        if loaded is None:
-            return False
         s = self._stages
         s.engine, s.book = loaded.engine, loaded.book
         s.store.extend(loaded.lasts)
