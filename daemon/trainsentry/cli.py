@@ -318,7 +318,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return service.run()
     except ServiceError as exc:
-        raise UsageError(str(exc)) from None
+        if exc.status == 2:
+            raise UsageError(str(exc)) from None
+        print(f"trainsentry: {exc}", file=sys.stderr)  # one a restart cannot fix either
+        return exc.status
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -176,6 +176,11 @@ class Daemon:
                 on_error=self._on_error,
             )
         )
+        if not self._checkpoints and self.restart is not None:
+            # state.db lost (moved aside as damaged, deleted) beside a good snapshot: its
+            # positions are where the restored state stopped reading, so reading resumes
+            # there; from the files' start, the restored rules would see every step again
+            self._checkpoints = self.restart.positions()
         self._watcher = new_watcher()
         self._pending: set[str] = set()
         # Files whose path may name another file than the one open (a directory event

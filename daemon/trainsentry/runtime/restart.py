@@ -56,6 +56,7 @@ from trainsentry.rules.engine import Engine
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.model import RuleSet
 from trainsentry.runtime import heap
+from trainsentry.state.damage import set_aside
 from trainsentry.state.db import Checkpoint
 from trainsentry.store import Store
 from trainsentry.store.limits import SeriesLimit
@@ -77,13 +78,18 @@ SNAPSHOT_SECONDS = 60.0
 SNAPSHOT_SHARE = 0.005
 
 
+class UnreadableState(Exception):
+    """A snapshot's alert state that cannot be read back: the file is set aside."""
+
+
 class Memory(Protocol):
     """State kept downstream of the loop's sinks that a restart must not lose."""
 
     digest: str  # of the code that reads `dump`'s bytes back
 
     def restore(self, blob: bytes) -> bool:
-        """Take a saved state back; False if it cannot be used (then all is relearned)."""
+        """Take a saved state back; False if it cannot be used (then all is relearned).
+        UnreadableState, saying why, when the bytes cannot be read back (a damaged file)."""
         ...
 
     def dump(self, out: BinaryIO) -> None:
@@ -136,11 +142,41 @@ class SnapshotFile:
             try:
                 form, saved_by, rows = pickle.load(source)
                 if form != SNAPSHOT_FORMAT or saved_by != digest:
-                    return None
+                    return None  # other code's: relearned, and overwritten at the next save
                 offsets = {r[0]: Checkpoint(*r) for r in rows}
-            except Exception:  # truncated or garbled: as if there were none
-                return None
-            return Snapshot(source.read(), offsets)
+                blob = source.read()
+            except Exception as exc:  # truncated or garbled: kept aside, said, relearned
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            else:
+                return Snapshot(blob, offsets)
+        self.set_aside(reason)
+        return None
+
+    def set_aside(self, reason: str) -> None:
+        """A snapshot that cannot be read back: moved aside with the time (kept for a
+        look, never read again) and said once, with what is lost."""
+        if self.path is None:
+            self._in_memory = None
+            return
+        try:
+            kept = set_aside(self.path)
+        except OSError as exc:  # the next save replaces it: nothing is read from it again
+            log.warning(
+                "%s is damaged (%s) and cannot be moved aside (%s); relearning from the logs",
+                self.path,
+                reason,
+                exc.strerror or exc,
+            )
+            return
+        log.warning(
+            "%s is damaged (%s); moved aside to %s. Lost with it: the alert state (rule "
+            "windows, pending and firing alerts, who was told); it is relearned from the "
+            "logs, read again from their start, so an alert that fired before may be told "
+            "again.",
+            self.path,
+            reason,
+            kept,
+        )
 
     def save(
         self, digest: str, dump: Callable[[BinaryIO], None], positions: Iterable[Checkpoint]
@@ -229,8 +265,18 @@ class Restart:
         self._next = time.monotonic() + every
         self._earliest = 0.0  # the share of the loop snapshots may take allows one
         saved = file.load(memory.digest)
+        try:
+            if saved is not None and not memory.restore(saved.blob):
+                saved = None
+        except UnreadableState as exc:
+            file.set_aside(str(exc))
+            saved = None
         # where the restored state stopped reading each file; empty: nothing restored
-        self._positions = saved.offsets if saved and memory.restore(saved.blob) else {}
+        self._positions = saved.offsets if saved is not None else {}
+
+    def positions(self) -> dict[str, Checkpoint]:
+        """Where the restored state stopped reading each file (empty: nothing restored)."""
+        return dict(self._positions)
 
     def relearn_from(self, committed: Checkpoint | None) -> Checkpoint | None:
         """For a file being followed: where to relearn from (see relearn_start)."""
@@ -325,16 +371,17 @@ def dump_state(
             gc.enable()
 
 
-def load_state(blob: bytes) -> Saved | None:
-    """The saved state, or None (said in the log) when it cannot be used."""
+def load_state(blob: bytes) -> Saved:
+    """The saved state; UnreadableState saying why it cannot be read back (a damaged blob
+    must not stop the daemon: the snapshot is set aside and the state relearned)."""
     try:
         saved = pickle.loads(blob)
-    except Exception as exc:  # a damaged blob must not stop the daemon: relearn instead
-        log.warning("saved alert state unreadable (%s); relearning from the logs", exc)
-        return None
+    except Exception as exc:
+        raise UnreadableState(
+            f"its alert state cannot be read back: {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(saved, Saved):
-        log.warning("saved alert state is of another kind; relearning from the logs")
-        return None
+        raise UnreadableState(f"it holds a {type(saved).__name__}, not an alert state")
     return saved
 
 
@@ -365,8 +412,6 @@ class AlertMemory:
 
     def restore(self, blob: bytes) -> bool:
         loaded = load_state(blob)
-        if loaded is None:
-            return False
         s = self._stages
         s.engine, s.book = loaded.engine, loaded.book
         s.store.extend(loaded.lasts)

@@ -38,6 +38,8 @@ from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 from trainsentry.runtime.writers import WriterWatch
 from trainsentry.sources import names
+from trainsentry.state.damage import StateUnusable, set_aside_if_damaged
+from trainsentry.state.dir_lock import DirLock, LockError, StateDirInUse
 from trainsentry.state.disk_full import HeldState, WriteTrouble
 from trainsentry.stop_signals import on_stop, signals_deferred
 from trainsentry.store import Store
@@ -63,7 +65,12 @@ STUCK_SECONDS = 300.0
 
 
 class ServiceError(Exception):
-    """A problem at startup the operator must fix (bad rules, state dir, port)."""
+    """A problem at startup the operator must fix (bad rules, state dir, port); `status`
+    is the exit status (2, a usage mistake, unless a restart cannot fix it either)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Service:
@@ -88,6 +95,11 @@ class Service:
             self.log_engine = LogEngine(self.ruleset)  # pattern rules on text logs
         except RuleFileError as exc:
             raise ServiceError("\n".join(exc.errors)) from None
+        self.lock = self._lock(state_dir)  # one daemon per state dir, for this one's life
+        try:
+            set_aside_if_damaged(state_dir / "state.db")
+        except StateUnusable as exc:
+            raise ServiceError(str(exc), exc.status) from None
         try:
             trouble = WriteTrouble(state_dir / "state.db")  # a full disk: alerting goes on
             state = HeldState(state_dir / "state.db", trouble)
@@ -148,6 +160,32 @@ class Service:
         self.http: ApiServer | None = None
         self._reload_requested = False
         self._next_tick = self._next_clocks = 0.0
+
+    @staticmethod
+    def _lock(state_dir: Path) -> DirLock:
+        """The state dir's lock, or the refusal naming the daemon that holds it."""
+        try:
+            lock = DirLock.take(state_dir)
+        except StateDirInUse as exc:
+            raise ServiceError(str(exc), exc.status) from None
+        except LockError as exc:
+            raise ServiceError(
+                f"{exc}; give a writable state dir with --state-dir (or state_dir in the config)"
+            ) from None
+        if lock.unsupported:
+            log.warning(
+                "cannot lock the state dir %s (%s): nothing keeps a second daemon off it; "
+                "run one daemon per state dir",
+                state_dir,
+                lock.unsupported,
+            )
+        elif lock.left is not None:
+            print(
+                f"trainsentry: state dir {state_dir} was left locked by {lock.left.said()}, "
+                "which ended without a clean stop; taken over",
+                flush=True,
+            )
+        return lock
 
     # -- the pipeline ---------------------------------------------------------
 
@@ -476,6 +514,7 @@ class Service:
                 self.http.close()
             self.printer.close()
             self.notifier.close()
+        self.lock.release()
         hidden = self.printer.hidden
         note = f", {hidden} historical transition(s) not shown" if hidden else ""
         print(

@@ -10,7 +10,14 @@ from typing import BinaryIO
 
 import pytest
 
-from trainsentry.runtime.restart import SNAPSHOT_FILE, SnapshotFile, relearn_start
+from trainsentry.point import Row
+from trainsentry.runtime.restart import (
+    SNAPSHOT_FILE,
+    Restart,
+    SnapshotFile,
+    UnreadableState,
+    relearn_start,
+)
 from trainsentry.state.db import Checkpoint
 
 
@@ -52,13 +59,17 @@ def test_a_failed_save_keeps_the_last_snapshot_and_leaves_nothing_beside_it(
     assert sorted(p.name for p in tmp_path.iterdir() if "snapshot" in p.name) == [SNAPSHOT_FILE]
 
 
-def test_a_damaged_or_unreadable_snapshot_reads_as_none(
+def test_a_damaged_or_unreadable_snapshot_reads_as_none_and_a_damaged_one_is_kept_aside(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     file = SnapshotFile(tmp_path)
     (tmp_path / SNAPSHOT_FILE).write_bytes(b"\x80\x05garbage")
-    assert file.load("v1") is None
-    (tmp_path / SNAPSHOT_FILE).unlink()
+    with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
+        assert file.load("v1") is None
+    kept = [p for p in tmp_path.iterdir() if p.name != SNAPSHOT_FILE]  # moved aside, kept
+    assert [p.read_bytes() for p in kept] == [b"\x80\x05garbage"]
+    assert f"moved aside to {kept[0]}" in caplog.text
+    assert not (tmp_path / SNAPSHOT_FILE).exists()
     (tmp_path / SNAPSHOT_FILE).mkdir()  # cannot be opened as a file (root reads any mode)
     with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
         assert file.load("v1") is None
@@ -83,3 +94,37 @@ def test_a_file_the_snapshot_never_saw_relearns_from_its_start() -> None:
 def test_a_file_with_nothing_committed_is_read_as_new() -> None:
     assert relearn_start(at(100), None) is None
     assert relearn_start(at(100), at(0)) is None
+
+
+class Unreadable:
+    """A memory whose saved bytes cannot be read back, as a snapshot with a garbled body."""
+
+    digest = "v1"
+
+    def restore(self, blob: bytes) -> bool:
+        raise UnreadableState("its alert state cannot be read back: EOFError: Ran out of input")
+
+    def dump(self, out: BinaryIO) -> None:
+        out.write(b"the state")
+
+    def relearn(self, run: str, rows: list[Row]) -> None: ...
+
+    def keep_only(self, runs: set[str]) -> None: ...
+
+
+def test_a_snapshot_whose_body_cannot_be_read_back_is_kept_aside_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    file = SnapshotFile(tmp_path)
+    file.save("v1", body, positions())  # a whole header, a body its memory cannot take
+    with caplog.at_level(logging.WARNING, logger="trainsentry.runtime.restart"):
+        restart = Restart(Unreadable(), file)
+    assert restart.positions() == {}  # nothing restored: everything relearned
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(f"{SNAPSHOT_FILE}.damaged-")]
+    assert len(kept) == 1 and not (tmp_path / SNAPSHOT_FILE).exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / SNAPSHOT_FILE} is damaged (its alert state cannot be read back: EOFError: "
+        f"Ran out of input); moved aside to {kept[0]}. Lost with it: the alert state (rule "
+        "windows, pending and firing alerts, who was told); it is relearned from the logs, "
+        "read again from their start, so an alert that fired before may be told again."
+    ]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.clock import Clock
+from support.paths import REPO
 
 from trainsentry.runtime.systemd import (
     STUCK_EXIT_STATUS,
@@ -21,6 +22,8 @@ from trainsentry.runtime.systemd import (
     SystemdNotifier,
     health_limit,
 )
+from trainsentry.state.damage import UNUSABLE_EXIT_STATUS
+from trainsentry.state.dir_lock import IN_USE_EXIT_STATUS
 
 
 class FakeSystemd:
@@ -166,3 +169,15 @@ def test_a_stuck_process_exits_by_itself_so_its_supervisor_restarts_it() -> None
     assert done.returncode == STUCK_EXIT_STATUS
     assert "the main loop has not completed a cycle" in done.stderr
     assert "exiting so the supervisor restarts it" in done.stderr
+
+
+def test_the_shipped_unit_restarts_on_a_stuck_loop_but_not_on_what_a_restart_cannot_fix() -> None:
+    unit = (REPO / "deploy" / "trainsentry.service").read_text().splitlines()
+    prevent = [
+        line.split("=", 1)[1].split()
+        for line in unit
+        if line.startswith("RestartPreventExitStatus=")
+    ]
+    assert "Restart=on-failure" in unit
+    assert [set(map(int, p)) for p in prevent] == [{UNUSABLE_EXIT_STATUS, IN_USE_EXIT_STATUS}]
+    assert STUCK_EXIT_STATUS not in {UNUSABLE_EXIT_STATUS, IN_USE_EXIT_STATUS}
