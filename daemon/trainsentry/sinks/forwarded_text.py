@@ -10,9 +10,10 @@ render, so a message is built as `Marked` text: the daemon's markdown with the
 spans the job wrote kept apart, and each sink renders it for its target at
 the boundary, once it knows what the target does with markup:
 
-- Slack (mrkdwn): `\\`, `<`, `>`, `[`, `]`, `*`, `_`, `~` and backticks escaped
-  for apprise's CommonMark → mrkdwn step, which makes `<`, `>`, `&` entities
-  and `[x](y)` plain text; mentions broken.
+- Slack (mrkdwn): `<`, `>`, `[`, `]` escaped for apprise's CommonMark → mrkdwn
+  step, which makes `<`, `>`, `&` entities and `[x](y)` plain text; mentions
+  broken. Slack has no escape for `*`, `_`, `~`: the job's emphasis may show,
+  which can style its own text and no more.
 - Markdown, and any apprise service sent text (Discord, Telegram, Mattermost,
   Matrix, ntfy, ...; a text service may still render Markdown, as Mattermost
   does): what starts a link, image, autolink, emphasis, code or block escaped
@@ -25,7 +26,8 @@ the boundary, once it knows what the target does with markup:
 
 A mention is broken by a zero-width space after its `@` (`@\u200beveryone`,
 `<@\u200bU123>`): no service reads it as one, and it still reads the same.
-Slack's `<!channel>` needs no more than its `<` made an entity. Discord's
+Slack's `<!channel>` has its `<` made an entity, and a zero-width space
+after it besides, so that not even a code span's text is one. Discord's
 `allowed_mentions` would say the same for Discord alone, but apprise's Discord
 plugin has no setting for it.
 """
@@ -43,6 +45,10 @@ Markup = Literal["slack", "markdown", "html", "none"]
 _ZWSP = "\u200b"
 # `@here`, `@everyone`, `@channel`, `@all`, `@room`, `<@U123>`, `<@&role>`, `<@!id>`
 _MENTION = re.compile(r"@(?=[\w!&])")
+# Slack's `<!channel>`, `<!subteam^ID>`, `<#C123>`, `<@U123>`: broken after the `<` as
+# well, so that not even a code span's text can be one
+_SLACK_FORM = re.compile(r"<(?=[!#@])")
+_SLACK_CODE_BREAKER = re.compile(r"[`\\]")
 # What starts markup anywhere in a line, for each markup: escaped with a backslash.
 # Links and images need `[`; autolinks and HTML `<`; emphasis, code and strikes their
 # delimiters. A `(`, `!` or `.` alone starts nothing, and stays as it is, so the
@@ -50,7 +56,11 @@ _MENTION = re.compile(r"@(?=[\w!&])")
 _INLINE = {
     "markdown": re.compile(r"([\\`*_\[\]<>~|])"),
     "html": re.compile(r"([\\`*_\[\]~|])"),  # `<`, `>`, `&` become entities after
-    "slack": re.compile(r"([\\`*_\[\]<>~])"),  # apprise makes `&` an entity itself
+    # Slack has no escape for emphasis (a `\*` shows its backslash), and apprise makes
+    # `&` an entity itself: only what makes a mention, a link or a code span is escaped
+    # (a code span opened by the job would take the daemon's fence, and what follows it
+    # would be sent with a bare `<`), and a backslash where apprise reads an escape
+    "slack": re.compile(r"([<>\[\]`]|\\(?=[\\<>()\[\]!#*_~`]|\Z))"),
 }
 # ... and what starts a block at the start of a line: a heading, a list item, a
 # setext underline; apprise's Slack step reads only a heading
@@ -141,10 +151,16 @@ class Target:
 
     def _inert(self, part: Forwarded, markup: Markup) -> str:
         text = _MENTION.sub("@" + _ZWSP, part.text) if self.mentions else part.text
+        if markup == "slack":
+            text = _SLACK_FORM.sub("<" + _ZWSP, text)
         if markup == "none":
             return f"`{text}`" if part.code else text
-        if part.code:
+        if part.code and markup != "slack":
             return _code_span(text)
+        if part.code and not _SLACK_CODE_BREAKER.search(text):
+            return f"`{text}`"  # apprise makes its `&`, `<`, `>` entities
+        # apprise's Slack step reads a backslash as an escape even in a code span (it
+        # would close the span early, or never), so such a name is sent as text
         inert = _INLINE[markup].sub(r"\\\1", text)
         inert = _BLOCK[markup].sub(_escape_block, inert)
         if markup == "markdown":

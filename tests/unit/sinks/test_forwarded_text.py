@@ -11,6 +11,7 @@ import html
 import re
 
 import apprise
+from apprise import NotifyFormat
 from apprise.conversion.format import markdown_to_html
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ HTML_MAIL = Target("html", "none", mentions=False)
 TAG = re.compile(r"</?([a-z0-9]+)")
 
 lines = st.text(
-    alphabet=st.sampled_from("abc 019#*_-+=.!()[]<>&;`~|\\@:/\t"), min_size=1, max_size=40
+    alphabet=st.sampled_from("abc 019#*_-+=.!()[]<>&;`~|\\@:/\t^"), min_size=1, max_size=40
 ).filter(lambda line: line.strip() != "")
 job_text = st.lists(lines, min_size=1, max_size=4).map("\n".join)
 
@@ -52,6 +53,19 @@ def test_a_mail_shows_the_job_text_as_written(text: str) -> None:
         return [line.split() for line in page.splitlines()]
 
     assert words(shown) == words(f"rule: {text}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_text)
+def test_slack_gets_no_anchor_mention_or_link_of_the_jobs(text: str) -> None:
+    """Through apprise's own CommonMark → mrkdwn step: no `<` is left for Slack to read
+    as `<!channel>`, `<@U…>` or `<url|label>`, and the daemon's bold stays."""
+    slack = apprise.Apprise.instantiate("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ")
+    target = target_of(slack)
+    body = target.render(Marked("**rule:** ", Forwarded(text), " ", Forwarded(text, code=True)))
+    sent = slack.dialect_convert(body, NotifyFormat.MARKDOWN)
+    assert "<" not in sent, (text, body, sent)
+    assert sent.startswith("*rule:* "), (text, sent)
 
 
 def test_a_code_span_holds_a_name_with_backticks_whole() -> None:
