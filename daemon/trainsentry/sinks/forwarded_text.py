@@ -190,7 +190,6 @@ def _code_span(text: str) -> str:
 
 
 DATA = Target("none", "none", mentions=False)
-_DATA_SERVICES = ("NotifyJSON", "NotifyForm", "NotifyXML")
 
 
 def target_of(service: Any) -> Target:
@@ -205,10 +204,13 @@ def target_of(service: Any) -> Target:
     title and a mail's subject are plain text, apprise escaping Slack's.
     """
     from apprise import NotifyFormat
+    from apprise.plugins.custom_form import NotifyForm
+    from apprise.plugins.custom_json import NotifyJSON
+    from apprise.plugins.custom_xml import NotifyXML
     from apprise.plugins.email.base import NotifyEmail
     from apprise.plugins.slack import NotifySlack
 
-    if type(service).__name__ in _DATA_SERVICES:
+    if isinstance(service, (NotifyJSON, NotifyForm, NotifyXML)):
         return DATA
     resolved = service.resolve_format(NotifyFormat.MARKDOWN)
     blended = getattr(service, "title_maxlen", 1) <= 0
