@@ -33,6 +33,7 @@ ATTACK = (
 RUN = "job-@here"
 SLACK = "/services/T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ"
 DISCORD = "/api/webhooks/4174216298/JHMHI8qBe7bk2ZwO5U711o3dV_js"
+DISCORD_EMBED = "/api/webhooks/4174216299/JHMHI8qBe7bk2ZwO5U711o3dV_js"  # ?format=markdown
 TELEGRAM = "/bot123456789:abcdefg_hijklmnop/sendMessage"
 MATTERMOST = "/hooks/mattermosttoken"
 JSON = "/hook"
@@ -51,6 +52,7 @@ def payloads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     urls = [
         f"slack://{SLACK.removeprefix('/services/')}",
         f"discord://{DISCORD.removeprefix('/api/webhooks/')}",
+        f"discord://{DISCORD_EMBED.removeprefix('/api/webhooks/')}?format=markdown",
         "tgram://123456789:abcdefg_hijklmnop/12315544/",
         f"mmost://{chats.url}/mattermosttoken",
         f"json://{chats.url}{JSON}",
@@ -80,8 +82,8 @@ def payloads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     # Discord and Telegram go to the Slack receiver's address too: one base for the three
     got: dict[str, Any] = {}
     try:
-        for receiver, path in ((slack, SLACK), (slack, DISCORD), (slack, TELEGRAM)):
-            got[path] = _page(receiver, path, daemon)
+        for path in (SLACK, DISCORD, DISCORD_EMBED, TELEGRAM):
+            got[path] = _page(slack, path, daemon)
         for path in (MATTERMOST, JSON):
             got[path] = _page(chats, path, daemon)
         assert smtp.wait_for(1), "".join(daemon.lines[-20:])
@@ -134,6 +136,16 @@ def test_discord_gets_markdown_escaped_and_mentions_broken(payloads: dict) -> No
     assert "\n**python_exception: RuntimeError: \\<!channel\\>" in content  # own bold stays
     assert content.startswith(f"[CRITICAL] job-@{ZWSP}here: python_exception:")
     assert "allow_mentions" not in payloads[DISCORD]  # apprise added no mention of its own
+
+
+def test_discord_embeds_find_no_mention_for_apprise_to_ping(payloads: dict) -> None:
+    """With `?format=markdown` apprise reads the body for mentions and pings each it
+    finds (a `👉 @everyone` content): the job's must not be found."""
+    payload = payloads[DISCORD_EMBED]
+    [embed] = payload["embeds"]
+    _no_live_markup(embed["description"])
+    assert "content" not in payload and "allow_mentions" not in payload
+    assert embed["description"].startswith("**python_exception: RuntimeError: \\<!channel\\>")
 
 
 def test_telegram_gets_its_markdown_escaped_and_keeps_the_bold_title(payloads: dict) -> None:
