@@ -31,9 +31,13 @@ class DaemonProcess:
         *args: str,
         merge_stderr: bool = False,
         preexec_fn: Callable[[], object] | None = None,
+        module: str = "trainsentry",
+        env: dict[str, str] | None = None,
     ) -> None:
+        """`module`: what `python -m` runs, `trainsentry` or a wrapper of it."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainsentry", "run", *args],
+            [sys.executable, "-m", module, "run", *args],
+            env=env,
             stdout=subprocess.PIPE,
             # merged only where no point lines are parsed: a large stdout write and
             # a stderr line may interleave mid-line in one pipe

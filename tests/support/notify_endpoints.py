@@ -33,9 +33,11 @@ class Request:
 
 @dataclass
 class HttpReceiver:
-    """Records every POST; answers `status` (a code, or a function of the request)."""
+    """Records every POST; answers `status` (a code, or a function of the request) with
+    `reply` (Slack's webhook answers `ok`, and apprise reads anything else as a failure)."""
 
     status: int | Callable[[Request], int] = 200
+    reply: bytes = b"{}"
     requests: list[Request] = field(default_factory=list)
     port: int = 0
 
@@ -60,9 +62,9 @@ class HttpReceiver:
                     receiver._changed.notify_all()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Length", "2")
+                    self.send_header("Content-Length", str(len(receiver.reply)))
                     self.end_headers()
-                    self.wfile.write(b"{}")
+                    self.wfile.write(receiver.reply)
                 except OSError:
                     pass
 

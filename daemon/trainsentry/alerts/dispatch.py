@@ -44,6 +44,7 @@ from trainsentry.alerts.outbox import Outbox
 from trainsentry.alerts.outbox_rows import OutboxRow
 from trainsentry.alerts.route import Route
 from trainsentry.sinks.base import AMBIGUOUS_TRIES, Message, SendResult, Sink
+from trainsentry.sinks.forwarded_text import Marked
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def render(rows: list[OutboxRow], attachments: bool, now: float) -> Message:
     key = hashlib.sha256("\x1f".join(r.key for r in rows).encode()).hexdigest()[:32]
     return Message(
         title=text.title(notices),
-        body=text.body(notices, now) + f"\n\n`notification {key}`",
+        body=Marked(text.body(notices, now), f"\n\n`notification {key}`"),
         severity=text.message_severity(notices),
         attachments=tuple(files),
         alerts=tuple(notices),

@@ -7,6 +7,12 @@ what the rule saw (its message: the window, the fit, the projection), what to
 do (the runbook hint, the actions already taken) and where to look (the link
 built from `--link-template`). A batch — a run that tripped several rules —
 gets one title for the run and one section per alert.
+
+What the job wrote (the run's name, a tag, the rule's message with the log
+lines it quotes, a reason, an action's outcome) is kept apart from the
+daemon's own markdown (`Marked`), so each sink can make it inert for its
+target's markup (sinks/forwarded_text.py); as a str, a title or body is the
+exact text.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from trainsentry.alert import Notice, Transition
+from trainsentry.sinks.forwarded_text import Forwarded, Marked, join
 
 TITLE_MAX = 160
 SEVERITY_ORDER = {"critical": 2, "warning": 1}
@@ -61,18 +68,20 @@ def message_severity(notices: list[Notice]) -> str:
     return max(firing, key=lambda s: SEVERITY_ORDER.get(s, 0))
 
 
-def _headline(n: Notice) -> str:
+def _headline(n: Notice) -> Marked:
     alert = n.alert
     if alert.resolved:
-        return f"{alert.rule} resolved ({n.reason or alert.reason or 'recovered'})"
+        reason = n.reason or alert.reason or "recovered"
+        return Marked(f"{alert.rule} resolved (", Forwarded(reason), ")")
     if n.kind == "repeat":
-        return f"{alert.rule} still firing: {alert.message}"
-    return f"{alert.rule}: {alert.message}"
+        return Marked(f"{alert.rule} still firing: ", Forwarded(alert.message))
+    return Marked(f"{alert.rule}: ", Forwarded(alert.message))
 
 
-def title(notices: list[Notice]) -> str:
+def title(notices: list[Notice]) -> Marked:
     severity = message_severity(notices)
     run = notices[0].alert.run
+    what: Marked
     if len(notices) == 1:
         what = _headline(notices[0])
     else:
@@ -82,21 +91,25 @@ def title(notices: list[Notice]) -> str:
             f"{n} {word}" for n, word in ((firing, "firing"), (resolved, "resolved")) if n
         )
         rules = ", ".join(dict.fromkeys(n.alert.rule for n in notices))
-        what = f"{len(notices)} alerts ({counts}): {rules}"
+        what = Marked(f"{len(notices)} alerts ({counts}): {rules}")
     live = [n for n in notices if not n.resolved]
     if live and all(n.joins for n in live):  # an incident's update, not a new page
-        what = f"update to the incident of {live[0].joins}: {what}"
-    text = f"[{severity.upper()}] {run}: {what}"
-    return text if len(text) <= TITLE_MAX else text[: TITLE_MAX - 1] + "…"
+        what = Marked(f"update to the incident of {live[0].joins}: ", what)
+    return Marked(f"[{severity.upper()}] ", Forwarded(run), ": ", what).cut(TITLE_MAX)
 
 
-def section(n: Notice, now: float, resolved_later: bool = False) -> str:
+def section(n: Notice, now: float, resolved_later: bool = False) -> Marked:
     alert = n.alert
-    lines = [f"**{_headline(n)}**", ""]
-    facts = [
-        f"- run `{alert.run}`, severity {alert.severity}",
-        f"- {alert.canonical or alert.metric} = {number(alert.value)}"
-        f" (`{alert.metric}`) at step {alert.step}, {when(alert.wall_time)}",
+    metric = Forwarded(alert.metric, code=True)
+    facts: list[str | Marked] = [
+        Marked("- run ", Forwarded(alert.run, code=True), f", severity {alert.severity}"),
+        Marked(
+            "- ",
+            Forwarded(alert.canonical or alert.metric),
+            f" = {number(alert.value)} (",
+            metric,
+            f") at step {alert.step}, {when(alert.wall_time)}",
+        ),
     ]
     if n.threshold is not None:
         facts.append(f"- threshold {number(n.threshold)}")
@@ -113,16 +126,16 @@ def section(n: Notice, now: float, resolved_later: bool = False) -> str:
         facts.append(f"- joins the incident opened by {n.joins}")
     if alert.runbook and not alert.resolved:
         facts.append(f"- runbook: {alert.runbook}")
-    facts.extend(f"- action: {a}" for a in n.actions)
+    facts.extend(Marked("- action: ", Forwarded(a)) for a in n.actions)
     if n.link:
         facts.append(f"- [open the run]({n.link})")
-    return "\n".join([*lines, *facts])
+    return join("\n", [Marked("**", _headline(n), "**"), "", *facts])
 
 
-def body(notices: list[Notice], now: float) -> str:
+def body(notices: list[Notice], now: float) -> Marked:
     """One section per alert; a firing resolved later in the same batch says no "firing for"."""
     sections = []
     for i, n in enumerate(notices):
         later = any(q.resolved and q.alert.key == n.alert.key for q in notices[i + 1 :])
         sections.append(section(n, now, later))
-    return "\n\n---\n\n".join(sections)
+    return join("\n\n---\n\n", sections)

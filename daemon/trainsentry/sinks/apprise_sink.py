@@ -14,6 +14,8 @@ contract the outbox needs, so this wraps one URL in it:
   the route's timeout, and the call's own timeout is only a backstop above it.
 - *no secrets in logs.* The sink's name is apprise's privacy form of the URL,
   and apprise's own log lines are captured per call, not printed.
+- *job text that cannot page anyone.* What the job wrote is made inert for
+  the service's markup before apprise sees it (forwarded_text.py).
 - *which failures may have arrived.* apprise says "a connection error" alike
   for a refused connection and a read timeout; its debug lines (captured,
   never shown: they quote the payload) tell them apart, and only a read
@@ -29,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from trainsentry.sinks.base import Message, SendResult, timeout_for
+from trainsentry.sinks.forwarded_text import target_of
 from trainsentry.sinks.masking import mask_url, scheme_only
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,7 @@ class AppriseSink:
             if isinstance(current, (int, float)) and current > timeout:
                 setattr(service, attr, float(timeout))
         self._service = service
+        self._target = target_of(service)
         self._timeout = timeout
         self._apprise.add(service)
         self.name = mask_url(service.url(privacy=True))
@@ -126,8 +130,8 @@ class AppriseSink:
                 attach.add(str(path))
         try:
             result = self._apprise.notify(
-                body=message.body,
-                title=message.title,
+                body=self._target.render(message.body),
+                title=self._target.render(message.title, title=True),
                 notify_type=_notify_type(message.severity),
                 body_format="markdown",
                 attach=attach,

@@ -65,8 +65,10 @@ class Message:
     (Alertmanager) reads those instead of the text.
     """
 
+    # markdown; a `Marked` (forwarded_text.py) keeps apart what the job wrote, for the
+    # sinks that make it inert; as a str, the exact text
     title: str
-    body: str  # markdown
+    body: str
     severity: str  # the highest severity in the message: "critical" | "warning" | "resolved"
     attachments: tuple[Path, ...] = ()
     alerts: tuple[Notice, ...] = field(default_factory=tuple)
