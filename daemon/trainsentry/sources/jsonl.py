@@ -12,9 +12,14 @@ parser costs.
 What counts as a metric (decided here, relied on by rules and the probe):
 
 - numbers (ints and floats, including the `NaN`/`Infinity` literals Python's
-  json writes) are values; bools, strings, nulls and lists are not — a list is
-  ignored rather than exploded into `tag/0, tag/1, ...` because no common writer
-  logs scalars that way and per-element series would be noise;
+  json writes) are values, and so are the words loggers that write
+  `str(value)` use for the non-finite ones (`"nan"`, `"inf"`, `"-inf"`,
+  `"infinity"`, any case, with a sign); a `null` is a NaN where the file has
+  written numbers in its place (orjson, pandas and JavaScript write NaN as
+  null), else nothing (written_nulls.py says which); other strings, bools and
+  lists are not values — a list is ignored rather than exploded into
+  `tag/0, tag/1, ...` because no common writer logs scalars that way and
+  per-element series would be noise;
 - nested objects are flattened with `/` ({"train": {"loss": 1}} → `train/loss`);
 - the step is the first usable value of `step`, `global_step`, `iteration`,
   `iter`, `_step` (floats are truncated); these top-level keys never become
@@ -47,8 +52,10 @@ from orjson import loads as _orjson_loads
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
+from trainsentry.sources.names import safe_name
 from trainsentry.sources.probe_marks import is_mark, mark_of
 from trainsentry.sources.run_trace import TraceMemory, flatten
+from trainsentry.sources.written_nulls import WrittenNulls
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 TIME_KEYS = ("time", "timestamp", "wall_time", "_timestamp")
@@ -61,6 +68,22 @@ _LATEST_EPOCH = 1e11
 
 
 STEP_MIN, STEP_MAX = -(1 << 63), (1 << 63) - 1  # TensorBoard's int64, and the store's
+
+# What `str(value)` writes for a non-finite float, in Python ("nan", "inf"), C and
+# Rust ("-nan", "NaN"), JavaScript ("Infinity"): the words float() reads, no others.
+_NON_FINITE = {
+    sign + word: float(sign + word)
+    for sign in ("", "+", "-")
+    for word in ("nan", "inf", "infinity")
+}
+_NON_FINITE_CHARS = max(map(len, _NON_FINITE))
+
+
+def non_finite_word(text: str) -> float | None:
+    """The float a non-finite word spells (`"NaN"`, `"-inf"`, `"Infinity"`); None for other text."""
+    if len(text) > _NON_FINITE_CHARS:
+        return None
+    return _NON_FINITE.get(text.lower())
 
 
 def as_step(value: Any) -> int | None:
@@ -166,6 +189,7 @@ def _parse(line: bytes) -> Any:
     return value
 
 
+_NAN = float("nan")
 _NUMBERS = frozenset((float, int))
 _FLOATS = frozenset((float,))
 _MARKS = frozenset(("kind", "type", "_meta"))
@@ -199,6 +223,7 @@ class JsonlDecoder:
         self._plans = _PLANS
         self._shapes = _SHAPES
         self._memory = TraceMemory()  # what metadata records told (_meta)
+        self._nulls = WrittenNulls()  # which nulls are NaN
         self._feeding: Decoded | None = None
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
@@ -292,6 +317,7 @@ class JsonlDecoder:
                             self._counter += 1
                         when = file_time if wall_time is None else wall_time
                         out.append(_new_row(Row, (step, when, tags, values)))
+                        self._nulls.numbers(tags)
                         return False
         return self._decode_any(record, file_time, out)
 
@@ -324,6 +350,7 @@ class JsonlDecoder:
         tags: list[str] = []
         values: list[float] = []
         nested: list[tuple[str, dict[str, Any]]] = []
+        nulls: list[str] = []
         for key, value in record.items():
             kind = type(value)
             if kind is float:
@@ -336,6 +363,13 @@ class JsonlDecoder:
                     tags.append(key)
             elif kind is dict:
                 nested.append((key, value))
+            elif kind is str:
+                number = non_finite_word(value)
+                if number is not None and key not in _RESERVED:
+                    tags.append(key)
+                    values.append(number)
+            elif value is None and key not in _RESERVED:
+                nulls.append(key)
         while nested:  # iterative: a deeply nested object must not exhaust the stack
             prefix, obj = nested.pop()
             for key, value in obj.items():
@@ -345,16 +379,34 @@ class JsonlDecoder:
                     tags.append(f"{prefix}/{key}")
                 elif kind is dict:
                     nested.append((f"{prefix}/{key}", value))
+                elif kind is str:
+                    number = non_finite_word(value)
+                    if number is not None:
+                        tags.append(f"{prefix}/{key}")
+                        values.append(number)
+                elif value is None:
+                    nulls.append(f"{prefix}/{key}")
         for key, value in durations:
             tags.append(key)
             values.append(value)
+        if not tags and not nulls:
+            return False
+        shape = self._shapes(tuple(tags))
+        if tags:
+            self._nulls.numbers(shape)
+        if nulls:
+            nan = self._nulls.as_nan(shape, tuple(map(safe_name, nulls)))
+            if nan:
+                tags.extend(nan)
+                values.extend([_NAN] * len(nan))
+                shape = self._shapes(tuple(tags))
         if not tags:
             return False
         at = self._counter if step is None else step
         if step is None:
             self._counter += 1
         when = file_time if wall_time is None else wall_time
-        out.append(_new_row(Row, (at, when, self._shapes(tuple(tags)), tuple(values))))
+        out.append(_new_row(Row, (at, when, shape, tuple(values))))
         return False
 
     def _meta(self, record: dict[str, Any], out: Decoded) -> None:
@@ -377,6 +429,9 @@ class JsonlDecoder:
         state: dict[str, Any] = {"counter": self._counter, "line": self._line}
         if self._lines.skipping:
             state["skipping"] = True
+        nulls = self._nulls.snapshot()
+        if nulls:
+            state["nulls"] = nulls
         return self._memory.snapshot(state)
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -384,6 +439,7 @@ class JsonlDecoder:
         self._counter = counter if type(counter) is int and counter >= 0 else 0
         self._line = line if type(line) is int and line >= 0 else 0
         self._lines.skipping = state.get("skipping") is True
+        self._nulls.restore(state.get("nulls"))
         self._memory.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
