@@ -216,8 +216,10 @@ class JsonlDecoder:
 
     def __init__(self) -> None:
         self._counter = 0
-        self._line = 0  # lines consumed before this read: a mark's line number
-        self._lines = Lines()
+        self._lines = Lines()  # and their numbers: a mark's, an error's, an event's
+        # each JSON object read, with its line number: a `.log` of JSON records makes
+        # events of them (textlog.LogDecoder) without parsing every line again
+        self.on_record: Callable[[dict[str, Any], int], None] | None = None
         # shared by every JSONL file: a fleet's logs have the same keys, so one plan
         # and one tags tuple serve them all (and stay in the CPU's caches)
         self._plans = _PLANS
@@ -235,8 +237,9 @@ class JsonlDecoder:
         if not lines:
             return result
         self._feeding = result
-        first = offset
         rows, errors = result.rows, result.errors
+        first = self._lines.first(lines)
+        on_record = self.on_record
         for i, line in enumerate(lines):
             start = offset
             offset += len(line) + 1
@@ -245,20 +248,21 @@ class JsonlDecoder:
             try:
                 record = _parse(line)
             except (ValueError, RecursionError) as exc:
-                errors.append(DecodeError(start, f"invalid JSON line: {exc}"))
+                errors.append(DecodeError(start, f"invalid JSON line: {exc}", first + i))
                 continue
             if type(record) is not dict:
-                errors.append(DecodeError(start, f"not a JSON object: {type(record).__name__}"))
+                why = f"not a JSON object: {type(record).__name__}"
+                errors.append(DecodeError(start, why, first + i))
                 continue
+            if on_record is not None:
+                on_record(record, first + i)
             try:
                 marked = self._decode(record, file_time, rows)
             except OverflowError as exc:  # an integer beyond float range
-                errors.append(DecodeError(start, f"number out of range: {exc}"))
+                errors.append(DecodeError(start, f"number out of range: {exc}", first + i))
                 continue
-            if marked:  # rare (a probe file's first and last lines): its number looked up
-                number = self._line + (first > 0) + i + 1
-                result.marks.append(mark_of(record, number, file_time))
-        self._line += len(lines) + (first > 0)  # a line skipped as too long counts too
+            if marked:  # rare (a probe file's first and last lines)
+                result.marks.append(mark_of(record, first + i, file_time))
         return result
 
     def _plan(self, keys: tuple[str, ...]) -> _Plan | None:
@@ -426,19 +430,16 @@ class JsonlDecoder:
         self._memory.add(out, "params", params)
 
     def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"counter": self._counter, "line": self._line}
-        if self._lines.skipping:
-            state["skipping"] = True
+        state = self._lines.save({"counter": self._counter})
         nulls = self._nulls.snapshot()
         if nulls:
             state["nulls"] = nulls
         return self._memory.snapshot(state)
 
     def restore(self, state: dict[str, Any]) -> None:
-        counter, line = state.get("counter", 0), state.get("line", 0)
+        counter = state.get("counter", 0)
         self._counter = counter if type(counter) is int and counter >= 0 else 0
-        self._line = line if type(line) is int and line >= 0 else 0
-        self._lines.skipping = state.get("skipping") is True
+        self._lines.load(state)
         self._nulls.restore(state.get("nulls"))
         self._memory.restore(state)
 
