@@ -332,12 +332,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as exc:
         raise UsageError(str(exc)) from None
     from trainsentry.terminal import render as console
-    from trainsentry.terminal.plain import given_up, loaded, nothing_readable, render_status
+    from trainsentry.terminal.plain import (
+        given_up,
+        loaded,
+        nothing_readable,
+        render_status,
+        unreadable,
+    )
 
     if console.is_rich(sys.stdout):
         screen = console.console_for(sys.stdout)
         console.print_status(screen, *loaded(runs, alerts), dropped=given_up(alerts))
-        for line in nothing_readable(runs):
+        for line in [*nothing_readable(runs), *unreadable(runs)]:
             screen.print(line, style="yellow", markup=False, highlight=False)
     else:
         print(render_status(runs, alerts))

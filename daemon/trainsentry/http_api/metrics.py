@@ -90,6 +90,12 @@ class DaemonCollector(Collector):
             "Tag and run names longer than the name limit, shortened.",
             value=snap.names_cut,
         )
+        yield GaugeMetricFamily(
+            "trainsentry_paths_unreadable",
+            "Log files, stores and directories that cannot be read now (permissions, a "
+            "store that is none); each is named in the daemon's log and in status.",
+            value=len(snap.unreadable),
+        )
         yield CounterMetricFamily(
             "trainsentry_runs_refused",
             "Runs not followed because the daemon already follows its limit of runs.",

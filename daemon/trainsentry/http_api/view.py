@@ -81,6 +81,8 @@ class DaemonSnapshot:
     nothing_readable: tuple[
         str, ...
     ] = ()  # a line per watched path with no log read  # firing now, as Engine.firing() reads
+    # the paths that cannot be read now: (path, its run or "" for a directory, why)
+    unreadable: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
     def capture(
@@ -97,6 +99,7 @@ class DaemonSnapshot:
         runs_refused: int = 0,
         now: float | None = None,
         nothing_readable: Sequence[str] = (),
+        unreadable: Sequence[tuple[str, str, str]] = (),
     ) -> DaemonSnapshot:
         """From the loop's `Stats` (points, records skipped), the restart's `SaveStats`
         (alert-state snapshots; None when nothing is saved) and the rest."""
@@ -120,6 +123,7 @@ class DaemonSnapshot:
             runs=tuple(runs),
             alerts=tuple(firing),
             nothing_readable=tuple(nothing_readable),
+            unreadable=tuple(unreadable),
         )
 
 
@@ -246,8 +250,10 @@ def _finite(value: float) -> float | None:
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing, state,
-    cause, trace, watched}], "nothing_readable": [a line per watched path that holds no log
-    read]}`."""
+    cause, trace, watched, and `unreadable`: [{path, reason}] where a file of it cannot be
+    read}], "nothing_readable": [a line per watched path that holds no log read],
+    "unreadable": [{path, run, reason}]}`. A run known only by a file that cannot be
+    read (a store of random bytes) is listed, its state `unreadable` and its cause why."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -280,11 +286,27 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
                 "firing": alerts,
             }
         )
+    by_run = {r["run"]: r for r in runs}
+    for path, run, why in snapshot.unreadable:
+        if not run:
+            continue
+        doc = by_run.get(run)
+        if doc is None:  # nothing read of it: it is what cannot be read
+            doc = by_run[run] = {
+                "run": run, "last_step": None, "last_wall_time": None, "age_seconds": None,
+                "series": 0, "firing": [], "state": "unreadable", "cause": why,
+            }  # fmt: skip
+            runs.append(doc)
+        doc.setdefault("unreadable", []).append({"path": path, "reason": why})
     return {
         "now": now,
         "runs": runs,
         "jobs": jobs_of(runs),
         "nothing_readable": list(snapshot.nothing_readable),
+        "unreadable": [
+            {"path": path, "run": run or None, "reason": why}
+            for path, run, why in snapshot.unreadable
+        ],
     }
 
 

@@ -59,6 +59,8 @@ ReportSink = Callable[[list[tuple[str, Trace]], list[RunEnd]], None]
 # The probe's meta and end records of a file, with their run (sources/probe_marks.py).
 MarkSink = Callable[[str, list[ProbeMark]], None]
 _VALUES = itemgetter(3)  # a Row's values
+# what is said of a tracker's store that is none (mlflow_db.NotAStore): no permission to fix
+_NO_STORE = "not read as an MLflow store; read again at its next change"
 
 # Even with inotify, sweep now and then: events can be lost (queue overflow,
 # watch limit reached, a directory created between listing and watching).
@@ -324,6 +326,14 @@ class Daemon:
         self._survey()
         return delivered
 
+    def unreadable(self) -> tuple[tuple[str, str, str], ...]:
+        """Each path that cannot be read now: (path, its run, "" for a directory; why)."""
+        found = []
+        for path, why in sorted(self.access.failing.items()):
+            tail = self._tails.get(path)
+            found.append((path, tail.log.run if tail is not None else "", why))
+        return tuple(found)
+
     def _survey(self) -> None:
         """Name each root that holds no log read (survey.py), said when that changes."""
         said = set(self.nothing_readable)
@@ -501,7 +511,8 @@ class Daemon:
             if relinked:
                 self._relinked.discard(key)
             if got.unreadable:
-                self.access.failed(key, got.unreadable)
+                store = getattr(tail, "not_a_store", None) is not None
+                self.access.failed(key, got.unreadable, _NO_STORE if store else None)
             else:
                 self.access.readable(key)
             if got.busy and key not in self._busy:  # said once until it is read again

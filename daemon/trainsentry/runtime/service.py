@@ -370,6 +370,7 @@ class Service:
                 names_cut=names.cut_names,
                 runs_refused=self.daemon.stats.runs_refused,
                 nothing_readable=self.daemon.nothing_readable,
+                unreadable=self.daemon.unreadable(),
             )
         )
 

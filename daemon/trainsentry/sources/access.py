@@ -8,6 +8,11 @@ the error, and retried on every read and sweep. A file is then read from
 where it stopped, a directory walked for the logs it holds, and the daemon
 says the path is readable again. Until then its points are not lost: they
 wait in the file.
+
+A tracker's store that is no store (an `mlflow.db` of random bytes, a SQLite
+file without MLflow's tables) is unreadable the same way: said once, with
+why, said again when the reason changes and when it reads. What is failing
+now is published for `status`, `/api/runs` and `/metrics` (runtime/loop.py).
 """
 
 from __future__ import annotations
@@ -30,14 +35,16 @@ class AccessProblems:
     def failing(self) -> dict[str, str]:
         return dict(self._failing)
 
-    def failed(self, path: str, error: str) -> None:
-        if path in self._failing:
+    def failed(self, path: str, error: str, advice: str | None = None) -> None:
+        """Said once per reason: again only when what the OS or the file says changes."""
+        if self._failing.get(path) == error:
             return
         self._failing[path] = error
-        self._say(
-            f"cannot read {path}: {error}; retried on every sweep, and read from where "
-            "it stopped once it can be (check the daemon user's permissions)"
+        advice = advice or (
+            "retried on every sweep, and read from where it stopped once it can be "
+            "(check the daemon user's permissions)"
         )
+        self._say(f"cannot read {path}: {error}; {advice}")
 
     def readable(self, path: str) -> None:
         if self._failing.pop(path, None) is not None:

@@ -20,10 +20,12 @@ from trainsentry.sources.names import safe_name
 
 @dataclass(slots=True)
 class DecodeError:
-    """A skipped record: `offset` is relative to the start of the bytes fed."""
+    """A skipped record: `offset` is relative to the start of the bytes fed; `line`, in a
+    line format, is its line number in the file, which is what a person looks up."""
 
     offset: int
     message: str
+    line: int | None = None
 
 
 @dataclass(slots=True)
@@ -100,7 +102,8 @@ MAX_RECORD_BYTES = 16 << 20
 
 
 class Lines:
-    """The newline-terminated lines at the start of the bytes fed, for line formats.
+    """The newline-terminated lines at the start of the bytes fed, for line formats,
+    and the file's line number of each.
 
     The bytes after the last newline are a line still being written, left for
     the next read even at end of file. A line that has grown past
@@ -108,15 +111,23 @@ class Lines:
     skipped, with one error, up to its newline whenever that comes (`skipping`
     is part of the decoder's snapshot), so a runaway line or a log written
     without newlines cannot stop the file.
+
+    `number` counts the lines ended so far, a skipped one included, so that
+    line N is what `grep -n` and an editor call line N: evidence quoted as
+    `path:line` must lead to the line, whatever was skipped before it. Only a
+    newline ends a line: a progress bar's carriage returns redraw one.
     """
 
-    __slots__ = ("skipping",)
+    __slots__ = ("number", "skipping")
 
     def __init__(self) -> None:
         self.skipping = False
+        self.number = 0  # lines ended in the bytes consumed so far
 
     def split(self, data: bytes | memoryview) -> tuple[int, int, list[bytes], DecodeError | None]:
-        """(bytes consumed, offset of the first line, the lines, the error of a cut line)."""
+        """(bytes consumed, offset of the first line, the lines, the error of a cut line).
+
+        The first line's number is then `number - len(lines) + 1` (`first`)."""
         raw = data if isinstance(data, bytes) else bytes(data)
         start = 0
         if self.skipping:
@@ -124,13 +135,31 @@ class Lines:
             if newline < 0:
                 return len(raw), len(raw), [], None
             self.skipping, start = False, newline + 1
+            self.number += 1  # the skipped line ends here
         end = raw.rfind(b"\n") + 1
         if end <= start:
             if len(raw) - start < MAX_RECORD_BYTES:
                 return start, start, [], None
             self.skipping = True
             why = f"a line longer than {MAX_RECORD_BYTES >> 20} MB, the record limit: skipped"
-            return len(raw), len(raw), [], DecodeError(start, why)
+            return len(raw), len(raw), [], DecodeError(start, why, self.number + 1)
         lines = raw[start:end].split(b"\n")
         lines.pop()
+        self.number += len(lines)
         return end, start, lines, None
+
+    def first(self, lines: list[bytes]) -> int:
+        """The line number of the first of the lines `split` just returned."""
+        return self.number - len(lines) + 1
+
+    def save(self, state: dict[str, Any]) -> dict[str, Any]:
+        """`state` with where the lines stand (a decoder's snapshot)."""
+        state["line"] = self.number
+        if self.skipping:
+            state["skipping"] = True
+        return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        line = state.get("line", 0)
+        self.number = line if type(line) is int and line >= 0 else 0
+        self.skipping = state.get("skipping") is True

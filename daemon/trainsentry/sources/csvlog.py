@@ -91,7 +91,8 @@ class CsvDecoder:
         result = Decoded(consumed=end)
         if cut is not None:
             result.errors.append(cut)
-        for raw in lines:
+        errors = result.errors
+        for number, raw in enumerate(lines, self._lines.first(lines)):
             start = offset
             offset += len(raw) + 1
             text = raw.decode("utf-8", "replace")
@@ -102,7 +103,10 @@ class CsvDecoder:
             if self._header is None:
                 self._read_header(text)
                 continue
+            said = len(errors)
             self._read_row(text, start, file_time, result)
+            for error in errors[said:]:
+                error.line = number
         return result
 
     def _read_header(self, text: str) -> None:
@@ -250,6 +254,7 @@ class CsvDecoder:
             "reported": sorted(self._reported),
             "pending": self._pending,
             "skipping": self._lines.skipping,
+            "line": self._lines.number,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -271,7 +276,7 @@ class CsvDecoder:
                 self._expect_last = self._restored_last
             self._reported = {str(c) for c in state.get("reported", ())}
             self._pending = _as_pending(state.get("pending"))
-            self._lines.skipping = state.get("skipping") is True
+            self._lines.load(state)
         except (TypeError, ValueError, AttributeError):
             self._reset()
             return

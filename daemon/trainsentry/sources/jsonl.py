@@ -12,9 +12,14 @@ parser costs.
 What counts as a metric (decided here, relied on by rules and the probe):
 
 - numbers (ints and floats, including the `NaN`/`Infinity` literals Python's
-  json writes) are values; bools, strings, nulls and lists are not — a list is
-  ignored rather than exploded into `tag/0, tag/1, ...` because no common writer
-  logs scalars that way and per-element series would be noise;
+  json writes) are values, and so are the words loggers that write
+  `str(value)` use for the non-finite ones (`"nan"`, `"inf"`, `"-inf"`,
+  `"infinity"`, any case, with a sign); a `null` is a NaN where the file has
+  written numbers in its place (orjson, pandas and JavaScript write NaN as
+  null), else nothing (written_nulls.py says which); other strings, bools and
+  lists are not values — a list is ignored rather than exploded into
+  `tag/0, tag/1, ...` because no common writer logs scalars that way and
+  per-element series would be noise;
 - nested objects are flattened with `/` ({"train": {"loss": 1}} → `train/loss`);
 - the step is the first usable value of `step`, `global_step`, `iteration`,
   `iter`, `_step` (floats are truncated); these top-level keys never become
@@ -47,8 +52,10 @@ from orjson import loads as _orjson_loads
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded, DecodeError, Lines, Shapes
+from trainsentry.sources.names import safe_name
 from trainsentry.sources.probe_marks import is_mark, mark_of
 from trainsentry.sources.run_trace import TraceMemory, flatten
+from trainsentry.sources.written_nulls import WrittenNulls
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
 TIME_KEYS = ("time", "timestamp", "wall_time", "_timestamp")
@@ -61,6 +68,22 @@ _LATEST_EPOCH = 1e11
 
 
 STEP_MIN, STEP_MAX = -(1 << 63), (1 << 63) - 1  # TensorBoard's int64, and the store's
+
+# What `str(value)` writes for a non-finite float, in Python ("nan", "inf"), C and
+# Rust ("-nan", "NaN"), JavaScript ("Infinity"): the words float() reads, no others.
+_NON_FINITE = {
+    sign + word: float(sign + word)
+    for sign in ("", "+", "-")
+    for word in ("nan", "inf", "infinity")
+}
+_NON_FINITE_CHARS = max(map(len, _NON_FINITE))
+
+
+def non_finite_word(text: str) -> float | None:
+    """The float a non-finite word spells (`"NaN"`, `"-inf"`, `"Infinity"`); None for other text."""
+    if len(text) > _NON_FINITE_CHARS:
+        return None
+    return _NON_FINITE.get(text.lower())
 
 
 def as_step(value: Any) -> int | None:
@@ -166,6 +189,7 @@ def _parse(line: bytes) -> Any:
     return value
 
 
+_NAN = float("nan")
 _NUMBERS = frozenset((float, int))
 _FLOATS = frozenset((float,))
 _MARKS = frozenset(("kind", "type", "_meta"))
@@ -192,13 +216,16 @@ class JsonlDecoder:
 
     def __init__(self) -> None:
         self._counter = 0
-        self._line = 0  # lines consumed before this read: a mark's line number
-        self._lines = Lines()
+        self._lines = Lines()  # and their numbers: a mark's, an error's, an event's
+        # each JSON object read, with its line number: a `.log` of JSON records makes
+        # events of them (textlog.LogDecoder) without parsing every line again
+        self.on_record: Callable[[dict[str, Any], int], None] | None = None
         # shared by every JSONL file: a fleet's logs have the same keys, so one plan
         # and one tags tuple serve them all (and stay in the CPU's caches)
         self._plans = _PLANS
         self._shapes = _SHAPES
         self._memory = TraceMemory()  # what metadata records told (_meta)
+        self._nulls = WrittenNulls()  # which nulls are NaN
         self._feeding: Decoded | None = None
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
@@ -210,8 +237,9 @@ class JsonlDecoder:
         if not lines:
             return result
         self._feeding = result
-        first = offset
         rows, errors = result.rows, result.errors
+        first = self._lines.first(lines)
+        on_record = self.on_record
         for i, line in enumerate(lines):
             start = offset
             offset += len(line) + 1
@@ -220,20 +248,21 @@ class JsonlDecoder:
             try:
                 record = _parse(line)
             except (ValueError, RecursionError) as exc:
-                errors.append(DecodeError(start, f"invalid JSON line: {exc}"))
+                errors.append(DecodeError(start, f"invalid JSON line: {exc}", first + i))
                 continue
             if type(record) is not dict:
-                errors.append(DecodeError(start, f"not a JSON object: {type(record).__name__}"))
+                why = f"not a JSON object: {type(record).__name__}"
+                errors.append(DecodeError(start, why, first + i))
                 continue
+            if on_record is not None:
+                on_record(record, first + i)
             try:
                 marked = self._decode(record, file_time, rows)
             except OverflowError as exc:  # an integer beyond float range
-                errors.append(DecodeError(start, f"number out of range: {exc}"))
+                errors.append(DecodeError(start, f"number out of range: {exc}", first + i))
                 continue
-            if marked:  # rare (a probe file's first and last lines): its number looked up
-                number = self._line + (first > 0) + i + 1
-                result.marks.append(mark_of(record, number, file_time))
-        self._line += len(lines) + (first > 0)  # a line skipped as too long counts too
+            if marked:  # rare (a probe file's first and last lines)
+                result.marks.append(mark_of(record, first + i, file_time))
         return result
 
     def _plan(self, keys: tuple[str, ...]) -> _Plan | None:
@@ -292,6 +321,7 @@ class JsonlDecoder:
                             self._counter += 1
                         when = file_time if wall_time is None else wall_time
                         out.append(_new_row(Row, (step, when, tags, values)))
+                        self._nulls.numbers(tags)
                         return False
         return self._decode_any(record, file_time, out)
 
@@ -324,6 +354,7 @@ class JsonlDecoder:
         tags: list[str] = []
         values: list[float] = []
         nested: list[tuple[str, dict[str, Any]]] = []
+        nulls: list[str] = []
         for key, value in record.items():
             kind = type(value)
             if kind is float:
@@ -336,6 +367,13 @@ class JsonlDecoder:
                     tags.append(key)
             elif kind is dict:
                 nested.append((key, value))
+            elif kind is str:
+                number = non_finite_word(value)
+                if number is not None and key not in _RESERVED:
+                    tags.append(key)
+                    values.append(number)
+            elif value is None and key not in _RESERVED:
+                nulls.append(key)
         while nested:  # iterative: a deeply nested object must not exhaust the stack
             prefix, obj = nested.pop()
             for key, value in obj.items():
@@ -345,16 +383,34 @@ class JsonlDecoder:
                     tags.append(f"{prefix}/{key}")
                 elif kind is dict:
                     nested.append((f"{prefix}/{key}", value))
+                elif kind is str:
+                    number = non_finite_word(value)
+                    if number is not None:
+                        tags.append(f"{prefix}/{key}")
+                        values.append(number)
+                elif value is None:
+                    nulls.append(f"{prefix}/{key}")
         for key, value in durations:
             tags.append(key)
             values.append(value)
+        if not tags and not nulls:
+            return False
+        shape = self._shapes(tuple(tags))
+        if tags:
+            self._nulls.numbers(shape)
+        if nulls:
+            nan = self._nulls.as_nan(shape, tuple(map(safe_name, nulls)))
+            if nan:
+                tags.extend(nan)
+                values.extend([_NAN] * len(nan))
+                shape = self._shapes(tuple(tags))
         if not tags:
             return False
         at = self._counter if step is None else step
         if step is None:
             self._counter += 1
         when = file_time if wall_time is None else wall_time
-        out.append(_new_row(Row, (at, when, self._shapes(tuple(tags)), tuple(values))))
+        out.append(_new_row(Row, (at, when, shape, tuple(values))))
         return False
 
     def _meta(self, record: dict[str, Any], out: Decoded) -> None:
@@ -374,16 +430,17 @@ class JsonlDecoder:
         self._memory.add(out, "params", params)
 
     def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"counter": self._counter, "line": self._line}
-        if self._lines.skipping:
-            state["skipping"] = True
+        state = self._lines.save({"counter": self._counter})
+        nulls = self._nulls.snapshot()
+        if nulls:
+            state["nulls"] = nulls
         return self._memory.snapshot(state)
 
     def restore(self, state: dict[str, Any]) -> None:
-        counter, line = state.get("counter", 0), state.get("line", 0)
+        counter = state.get("counter", 0)
         self._counter = counter if type(counter) is int and counter >= 0 else 0
-        self._line = line if type(line) is int and line >= 0 else 0
-        self._lines.skipping = state.get("skipping") is True
+        self._lines.load(state)
+        self._nulls.restore(state.get("nulls"))
         self._memory.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:

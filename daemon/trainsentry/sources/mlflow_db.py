@@ -44,7 +44,14 @@ _NEEDED = {"key", "value", "timestamp", "run_uuid", "step", "is_nan"}
 
 
 class NotAStore(Exception):
-    """A SQLite file that holds no MLflow tracking store (an Optuna study, a cache...)."""
+    """A SQLite file that holds no MLflow tracking store (an Optuna study, a cache...).
+
+    `empty`: a SQLite database with no tables at all, as MLflow's own store is for
+    the moment between its creation and its schema: not said to be unreadable."""
+
+    def __init__(self, why: str, *, empty: bool = False) -> None:
+        super().__init__(why)
+        self.empty = empty
 
 
 def _run_id(store: str, experiment: str, name: str, uuid: str) -> str:
@@ -118,6 +125,7 @@ class MlflowDbTail:
         rows: list[tuple] = []
         try:
             conn = self._connect()
+            self.not_a_store = None
             ended = self._ended(conn)  # before the metrics: an end's rows are read by then
             # iterated, not fetched whole: in a damaged database the rows before the
             # damage are still delivered
@@ -132,6 +140,8 @@ class MlflowDbTail:
             told = self._traces(conn)
         except NotAStore as exc:
             self.not_a_store = str(exc)
+            if not exc.empty:  # said (runtime/loop.py): a store that is none is no secret
+                out.unreadable = self.not_a_store
             self.close()
             return out
         except sqlite3.OperationalError as exc:
@@ -241,6 +251,8 @@ class MlflowDbTail:
                 raise
             if not columns or "experiments" not in tables:
                 conn.close()
+                if not tables:
+                    raise NotAStore("an empty SQLite database", empty=True)
                 raise NotAStore("a SQLite file with no MLflow tables")
             if not columns >= _NEEDED:
                 version = ""

@@ -111,7 +111,7 @@ class MlflowMetricDecoder:
         out = Decoded(consumed=consumed)
         if cut is not None:
             out.errors.append(cut)
-        for line in lines:
+        for number, line in enumerate(lines, self._lines.first(lines)):
             at = offset
             offset += len(line) + 1
             fields = line.split()
@@ -121,17 +121,17 @@ class MlflowMetricDecoder:
                 stamp, value = int(fields[0]), float(fields[1])
                 step = int(fields[2]) if len(fields) > 2 else 0
             except (ValueError, IndexError):
-                out.errors.append(DecodeError(at, "not an MLflow metric line: skipped"))
+                out.errors.append(DecodeError(at, "not an MLflow metric line: skipped", number))
                 continue
             wall = stamp / 1000.0 if math.isfinite(stamp) else file_time
             out.rows.append(Row(step, wall, _TAG, (value,)))
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        return {"skipping": self._lines.skipping}
+        return self._lines.save({"skipping": self._lines.skipping})
 
     def restore(self, state: dict[str, Any]) -> None:
-        self._lines.skipping = bool(state.get("skipping", False))
+        self._lines.load(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """MLflow only appends to a metric file; a rewrite is read anew."""

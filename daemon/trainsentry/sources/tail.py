@@ -125,6 +125,10 @@ class FileTail:
         """
         self.log = log
         self.path = str(log.path)
+        # where the open file lives while it is drained after a rotation: its path names
+        # the new file now, and evidence must lead to the lines it quotes (`_now_named`)
+        self._shown: str | None = None
+        self._orphans: list[TextEvent] = []  # let go at a rotation, for the read's events
         self.skipped_records = 0
         self._fd: int | None = None
         self._dev = self._ino = 0
@@ -177,6 +181,8 @@ class FileTail:
         if same_file and self._caught_up and self._read_appended(out):
             return out
         self._read_path(out, budget)
+        if self._orphans:  # the last event of a rotated or rewritten log, before the new one's
+            out.events[:0], self._orphans = self._orphans, []
         self._caught_up = not out.more
         return out
 
@@ -193,14 +199,19 @@ class FileTail:
             st is None or (st.st_dev, st.st_ino) != (self._dev, self._ino)
         ):
             # Renamed away or deleted: finish the old file through our handle first.
+            if self._shown is None:
+                self._shown = self._now_named()
             self._drain(out, budget)
             if out.more:
                 return
             self._close()
             if st is None:
+                out.events.extend(self.let_go())  # the end of the log: nothing will continue it
+                self._shown = None
                 out.gone = True
                 return
             self._reset(rewritten=False)
+            self._shown = None
         if st is None:
             out.gone = True
             return
@@ -277,7 +288,10 @@ class FileTail:
         return True
 
     def _reset(self, *, rewritten: bool) -> None:
-        """Start over at offset 0 with a fresh decoder."""
+        """Start over at offset 0 with a fresh decoder; a text log's held event is let go,
+        as it is: the lines that could continue it would be in the old file."""
+        if self._replay_until is None:
+            self._orphans.extend(self.let_go())
         previous = self._decoder.snapshot()
         self._decoder = new_decoder(self.log.kind)
         if rewritten:
@@ -388,10 +402,34 @@ class FileTail:
                 out.more = self._offset < size
                 return
 
+    def _now_named(self) -> str:
+        """The name of the open file, renamed away or deleted: logrotate's `train.log.1`,
+        looked up by its inode among its old path's neighbours (one listing, once a
+        rotation); the old path marked `(deleted)` where no name leads to it."""
+        folder = os.path.dirname(self.path) or "."
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if (
+                        entry.inode() == self._ino
+                        and entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_dev == self._dev
+                    ):
+                        return entry.path
+        except OSError:
+            pass
+        return f"{self.path} (deleted)"
+
+    def _where(self, offset: int, line: int | None) -> str:
+        """`path:line` of a line format's record; a binary one's byte offset, said as such."""
+        path = self._shown or self.path
+        return f"{path}:{line}" if line is not None else f"{path}: at byte {offset}"
+
     def _skip(self, out: TailRead, data: bytes) -> None:
         """Move past bytes no record could be found in, with one error."""
         self.skipped_records += 1
-        out.errors.append(f"{self.path}:{self._offset}: no record in {len(data)} bytes: skipped")
+        where = self._where(self._offset, None)
+        out.errors.append(f"{where}: no record in {len(data)} bytes: skipped")
         self._offset += len(data)
         self._behind = (self._behind + data[-FINGERPRINT_BYTES:])[-FINGERPRINT_BYTES:]
 
@@ -400,7 +438,7 @@ class FileTail:
         decoded = self._decoder.feed(data, at_eof=at_eof, file_time=file_time)
         for err in decoded.errors:
             self.skipped_records += 1
-            out.errors.append(f"{self.path}:{self._offset + err.offset}: {err.message}")
+            out.errors.append(f"{self._where(self._offset + err.offset, err.line)}: {err.message}")
         target = out.rows if self._replay_until is None else out.replayed_rows
         prefix = self.log.tag_prefix
         if prefix:
@@ -475,7 +513,7 @@ class FileTail:
         4 µs an event (a text log's every line is one). An event whose first line names a
         rank goes to that rank's run, at most MAX_RANK_RUNS of them a file (a log that
         names a million ranks is no job's)."""
-        run, path, ranks = self.log.run, self.path, self._rank_runs
+        run, path, ranks = self.log.run, self._shown or self.path, self._rank_runs
         if ranks is None:
             return [
                 TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run) for e in events

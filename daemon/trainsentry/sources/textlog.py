@@ -27,7 +27,7 @@ from typing import Any
 from orjson import loads as _loads
 
 from trainsentry.point import TextEvent
-from trainsentry.sources.base import Decoded, Decoder, Lines
+from trainsentry.sources.base import MAX_RECORD_BYTES, Decoded, Decoder, Lines
 from trainsentry.sources.csvlog import CsvDecoder
 from trainsentry.sources.jsonl import JsonlDecoder
 from trainsentry.sources.secrets import mask_secrets
@@ -59,8 +59,7 @@ class TextDecoder:
     """Plain text: numbered lines grouped into events. No rows, ever."""
 
     def __init__(self) -> None:
-        self._lines = Lines()
-        self._number = 0  # lines consumed so far
+        self._lines = Lines()  # and the line numbers
         self._grouper = Grouper()
         self._held_wall = math.nan  # when the lines of a held event were read
 
@@ -71,10 +70,9 @@ class TextDecoder:
             result.errors.append(cut)
         found: list[Grouped] = []
         grouper = self._grouper
-        for raw in lines:
-            self._number += 1
+        for number, raw in enumerate(lines, self._lines.first(lines)):
             text = mask_secrets(clean(raw.decode("utf-8", "replace")))
-            grouper.push(self._number, text, found)
+            grouper.push(number, text, found)
         if lines and grouper.holding:
             self._held_wall = file_time
         result.events = [_event(g, file_time) for g in found]
@@ -93,15 +91,10 @@ class TextDecoder:
         return [_event(g, wall) for g in found]
 
     def snapshot(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"line": self._number, **self._grouper.snapshot()}
-        if self._lines.skipping:
-            state["skipping"] = True
-        return state
+        return self._lines.save(self._grouper.snapshot())
 
     def restore(self, state: dict[str, Any]) -> None:
-        line = state.get("line", 0)
-        self._number = line if type(line) is int and line >= 0 else 0
-        self._lines.skipping = state.get("skipping") is True
+        self._lines.load(state)
         self._grouper.restore(state)
 
     def continue_from(self, previous: dict[str, Any]) -> None:
@@ -136,8 +129,9 @@ class LogDecoder:
     def __init__(self) -> None:
         self._mode = ""
         self._inner: Decoder | None = None
-        self._number = 0  # lines consumed (JSON mode; text counts its own)
         self._previous: dict[str, Any] | None = None  # the snapshot before a rewrite
+        self._events: list[TextEvent] = []  # JSON mode: the records' events of this feed
+        self._file_time = 0.0
 
     def _choose(self, mode: str) -> None:
         self._mode = mode
@@ -145,52 +139,48 @@ class LogDecoder:
             "text": TextDecoder, "csv": CsvDecoder, "jsonl": JsonlDecoder,
         }  # fmt: skip
         self._inner = kinds[mode]()
+        if isinstance(self._inner, JsonlDecoder):
+            self._inner.on_record = self._record
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         if self._inner is None:
             raw = data if isinstance(data, bytes) else bytes(data)
             start = len(raw) - len(raw.lstrip())
             newline = raw.find(b"\n", start)
-            if newline < 0:
+            if newline >= 0:
+                self._choose(sniff(raw[start:newline]))
+            elif len(raw) - start >= MAX_RECORD_BYTES:
+                self._choose("text")  # a first line over the limit is no header: text skips it
+            else:
                 return Decoded(consumed=0)  # the first line is still being written
-            self._choose(sniff(raw[start:newline]))
             previous, self._previous = self._previous, None
             inner = previous.get("inner") if previous else None
             if previous and previous.get("mode") == self._mode and isinstance(inner, dict):
                 assert self._inner is not None
                 self._inner.continue_from(inner)
         assert self._inner is not None
+        self._file_time = file_time
         decoded = self._inner.feed(data, at_eof=at_eof, file_time=file_time)
-        if self._mode == "jsonl" and decoded.consumed:
-            self._records(bytes(data[: decoded.consumed]), file_time, decoded)
+        if self._events:
+            decoded.events, self._events = self._events, []
         return decoded
 
-    def _records(self, consumed: bytes, file_time: float, out: Decoded) -> None:
-        for line in consumed.split(b"\n")[:-1]:
-            self._number += 1
-            if not line.lstrip().startswith(b"{"):
-                continue
-            try:
-                record = _loads(line)
-            except ValueError:
-                continue  # the JSONL decoder said so already
-            if type(record) is dict:
-                event = record_event(record, self._number, file_time)
-                if event is not None:
-                    out.events.append(event)
+    def _record(self, record: dict[str, Any], number: int) -> None:
+        """A JSON record as the JSONL decoder read it, with its line number: its event."""
+        event = record_event(record, number, self._file_time)
+        if event is not None:
+            self._events.append(event)
 
     def snapshot(self) -> dict[str, Any]:
         if self._inner is None:
             return {}
-        return {"mode": self._mode, "line": self._number, "inner": self._inner.snapshot()}
+        return {"mode": self._mode, "inner": self._inner.snapshot()}
 
     def restore(self, state: dict[str, Any]) -> None:
         mode = state.get("mode")
         if mode in ("text", "csv", "jsonl"):
             self._choose(mode)
             assert self._inner is not None
-            line = state.get("line", 0)
-            self._number = line if type(line) is int and line >= 0 else 0
             inner = state.get("inner")
             self._inner.restore(inner if isinstance(inner, dict) else {})
 

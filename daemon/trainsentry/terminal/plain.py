@@ -67,6 +67,15 @@ def nothing_readable(api_runs_json: Any) -> list[str]:
     return [str(x) for x in lines] if isinstance(lines, list) else []
 
 
+def unreadable(api_runs_json: Any) -> list[str]:
+    """The paths the daemon cannot read now, with why, as /api/runs says them."""
+    doc = json.loads(api_runs_json) if isinstance(api_runs_json, (str, bytes)) else api_runs_json
+    found = doc.get("unreadable") if isinstance(doc, dict) else None
+    if not isinstance(found, list):
+        return []
+    return [f"cannot read {x.get('path')}: {x.get('reason')}" for x in found if isinstance(x, dict)]
+
+
 def given_up(api_alerts_json: Any) -> int:
     """Notifications the daemon gave up (kept a week in its outbox), from /api/alerts."""
     doc = (
@@ -173,6 +182,7 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
         lines.append(f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  {rest}")
     lines.append(summary_line(runs, alerts, given_up(api_alerts_json)))
     lines.extend(nothing_readable(api_runs_json))
+    lines.extend(unreadable(api_runs_json))
     if alerts:
         lines.append("")
         for a in alerts:

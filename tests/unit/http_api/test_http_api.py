@@ -247,6 +247,29 @@ def test_api_runs_and_status_say_which_process_is_watched_for_a_run() -> None:
     ]
 
 
+def test_api_runs_and_status_show_what_cannot_be_read_and_whose_it_is() -> None:
+    unreadable = (
+        ("/logs/store/mlflow.db", "store", "not a SQLite database"),
+        ("/logs/exp1/seed0/extra.log", "exp1/seed0", "cannot open: Permission denied"),
+        ("/logs/private", "", "Permission denied"),
+    )
+    doc = runs_document(replace(SNAPSHOT, unreadable=unreadable, alerts=()), NOW)
+    by_run = {r["run"]: r for r in doc["runs"]}
+    assert (by_run["store"]["state"], by_run["store"]["cause"]) == (
+        "unreadable",
+        "not a SQLite database",
+    )
+    assert by_run["exp1/seed0"]["state"] == "running"  # its other files are read
+    assert by_run["exp1/seed0"]["unreadable"] == [
+        {"path": "/logs/exp1/seed0/extra.log", "reason": "cannot open: Permission denied"}
+    ]
+    assert [x["run"] for x in doc["unreadable"]] == ["store", "exp1/seed0", None]
+    lines = render_status(json.loads(json.dumps(doc)), {"alerts": []}).splitlines()
+    assert any(line.startswith("store (unreadable: not a SQLite database)") for line in lines)
+    assert "cannot read /logs/store/mlflow.db: not a SQLite database" in lines
+    assert "cannot read /logs/private: Permission denied" in lines
+
+
 def test_api_alerts_are_the_alert_lines_and_always_valid_json(server: ApiServer) -> None:
     doc = strict_json(get(f"{server.url}/api/alerts")[2])
     critical, warning = doc["alerts"]

@@ -135,3 +135,28 @@ def test_an_sqlite_file_of_another_program_is_no_store(tmp_path: Path) -> None:
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE studies (id INTEGER)")
     assert store_problem(other) == "a SQLite file with no MLflow tables"
+
+
+def test_a_store_that_is_none_is_unreadable_until_it_is_one(db: Path, tmp_path: Path) -> None:
+    path = tmp_path / "other" / "mlflow.db"
+    path.parent.mkdir()
+    path.write_bytes(b"\x8fgarbage" * 512)
+    tail = tail_of(path)
+    assert tail.read().unreadable == "not a SQLite database"
+    path.unlink()
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE studies (id INTEGER)")
+    assert tail.read().unreadable == "a SQLite file with no MLflow tables"
+    shutil.copy(db, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+    got = tail.read()
+    assert got.unreadable is None and got.points and tail.not_a_store is None
+
+
+def test_an_empty_sqlite_file_is_a_store_being_made_not_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "mlflow.db"
+    sqlite3.connect(path).close()  # what MLflow's engine leaves for a moment before its schema
+    tail = tail_of(path)
+    got = tail.read()
+    assert got.unreadable is None and got.points == []
+    assert tail.not_a_store == "an empty SQLite database"
