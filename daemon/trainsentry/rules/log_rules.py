@@ -109,6 +109,9 @@ class _Run:
     life: RunLife = field(default_factory=RunLife)
     alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
     processes: dict[str, RunProcess] = field(default_factory=dict)  # file → its writer
+    # the (step, wall) its alerts' timers were last judged at, since its last match: a
+    # line no rule matched at the same step and time changes nothing they judge
+    timed: tuple[int, float] | None = None
 
 
 class LogEngine:
@@ -193,8 +196,9 @@ class LogEngine:
             text = match_text(event)
             hits = together.matching(text)
             if not hits:  # a progress line: one scan, and done
-                if run.alerts:
+                if run.alerts and run.timed != (step, wall):
                     self._timers(run, step, wall, out)
+                    run.timed = (step, wall)
                 continue
             matched = False
             for hit in hits:
@@ -259,6 +263,7 @@ class LogEngine:
                 alert = run.alerts.get(rule.name)
                 if alert is None:
                     alert = run.alerts[rule.name] = LogAlert(rule, blocked)
+                run.timed = None
                 if not alert.firing:
                     alert.matches += 1
                     alert.first = alert.last = (first.step, first.wall)
@@ -424,6 +429,7 @@ class LogEngine:
         said: str,
         out: list[Transition],
     ) -> None:
+        run.timed = None
         alert = run.alerts.get(rule.name)
         if alert is None:
             alert = run.alerts[rule.name] = LogAlert(rule, job.run, metric=CHECKPOINTS_METRIC)
@@ -454,6 +460,7 @@ class LogEngine:
                 continue
             if (spec.storm or spec.no_progress) and self._firing_in_job(restart.job, rule.name):
                 continue  # a storm is the job's: told once, on the attempt that began it
+            run.timed = None
             if alert is None:
                 alert = run.alerts[rule.name] = LogAlert(rule, restart.run, metric=ATTEMPTS_METRIC)
             alert.matches = restart.restarts
@@ -480,6 +487,7 @@ class LogEngine:
         wall: float,
         out: list[Transition],
     ) -> None:
+        run.timed = None
         alert = run.alerts.get(rule.name)
         if alert is None:
             alert = run.alerts[rule.name] = LogAlert(rule, event.run)

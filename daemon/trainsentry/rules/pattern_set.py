@@ -86,14 +86,17 @@ def compile_regex(regex: str) -> Regex:
     try:
         return re2.compile(_MULTILINE + regex, _OPTIONS)
     except re2.error as exc:
-        raise PatternError(_reason(exc)) from None
+        raise PatternError(_reason(exc, regex)) from None
 
 
-def _reason(exc: Exception) -> str:
+def _reason(exc: Exception, regex: str) -> str:
     said = exc.args[0] if exc.args else str(exc)
     if isinstance(said, bytes):
         said = said.decode("utf-8", "replace")
     said = str(said)
+    named = re.search(r"\(\?P=\w*\)?", regex)
+    if named is not None and "(?P" in said:  # RE2 names only the operator's first letters
+        return _REFUSALS[0][1].format(found=named.group(0))
     for shape, why in _REFUSALS:
         found = shape.search(said)
         if found is not None:
