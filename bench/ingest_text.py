@@ -5,7 +5,8 @@ a real torch traceback and real-format NCCL, OOM-killer and Slurm lines now
 and then), measured in the same run three ways:
 
 - trainsentry: the text source as `replay` reads it (masking, events,
-  tracebacks grouped) and the default pack's pattern rules judging every event;
+  tracebacks grouped) and the default pack's pattern rules judging every event
+  (the rules' share printed on its own: RE2's one scan for every pattern);
 - naive: every line read and decoded, every pattern rule's regex tried on it
   (`re.search`, compiled once), nothing grouped or masked;
 - JSONL: trainsentry reading a metrics file of as many lines, so a text line's
@@ -13,6 +14,7 @@ and then), measured in the same run three ways:
 
     python bench/ingest_text.py            # 300 MB of text
     python bench/ingest_text.py --quick    # 30 MB
+    python bench/ingest_text.py --quick --profile   # where trainsentry's time goes
 
 Files are cached under bench/.cache/ (git-ignored).
 """
@@ -94,24 +96,29 @@ def write_jsonl(directory: Path, lines: int) -> None:
             f.write(json.dumps(record) + "\n")
 
 
-def trainsentry_text(path: Path) -> tuple[int, int, float]:
-    """(events, alerts fired, seconds): the text source and the pack's pattern rules."""
+def trainsentry_text(path: Path) -> tuple[int, int, float, float]:
+    """(events, alerts fired, seconds, of which the pattern rules'): the text source and the
+    pack's pattern rules."""
     from trainsentry.rules.loader import load_rules
     from trainsentry.rules.log_rules import LogEngine
     from trainsentry.sources.reading import iter_events
 
     engine = LogEngine(load_rules())
     start = time.perf_counter()
-    events, fired = 0, 0
+    events, fired, rules_s = 0, 0, 0.0
     batch = []
     for event in iter_events([path]):
         events += 1
         batch.append(event)
         if len(batch) >= 4096:
+            judged = time.perf_counter()
             fired += sum(t.state == "firing" for t in engine.feed(batch))
+            rules_s += time.perf_counter() - judged
             batch = []
+    judged = time.perf_counter()
     fired += sum(t.state == "firing" for t in engine.feed(batch))
-    return events, fired, time.perf_counter() - start
+    rules_s += time.perf_counter() - judged
+    return events, fired, time.perf_counter() - start, rules_s
 
 
 def naive_text(path: Path) -> tuple[int, int, float]:
@@ -146,6 +153,9 @@ def trainsentry_jsonl(path: Path) -> tuple[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where trainsentry's time goes (cProfile)"
+    )
     args = parser.parse_args()
     size = LINE_TARGET // 10 if args.quick else LINE_TARGET
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "daemon"))
@@ -156,13 +166,25 @@ def main() -> None:
         lines = sum(1 for _ in f)
     jsonl_dir = cached(f"jsonl-{lines}", lambda d: write_jsonl(d, lines), "a JSONL log")
 
-    events, fired, ours_s = trainsentry_text(log)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(trainsentry_text, log)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    events, fired, ours_s, rules_s = trainsentry_text(log)
     naive_lines, hits, naive_s = naive_text(log)
     points, jsonl_s = trainsentry_jsonl(jsonl_dir / "metrics.jsonl")
     print(f"text log: {mb:,.0f} MB, {lines:,} lines")
     print(
         f"  trainsentry  {events:>10,} events, {fired} alerts in {ours_s:6.2f} s: "
         f"{lines / ours_s:>10,.0f} lines/s, {mb / ours_s:6.1f} MB/s"
+    )
+    print(
+        f"    of which the pattern rules {rules_s:6.2f} s: {mb / rules_s:6.1f} MB/s "
+        f"({rules_s / events * 1e6:.2f} µs an event); reading the lines into events "
+        f"{ours_s - rules_s:6.2f} s: {mb / (ours_s - rules_s):6.1f} MB/s"
     )
     print(
         f"  naive        {naive_lines:>10,} lines, {hits} matched in {naive_s:6.2f} s: "

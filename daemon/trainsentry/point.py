@@ -103,6 +103,10 @@ class TextEvent:
     kind: str = "line"  # "line" | "traceback" | "report" | "record"
     level: str = ""
     run: str = ""
+    # (index, character) of each line cut at MAX_LINE_CHARS: the character that followed
+    # the cut, context for the pattern rules so that a cut never makes a match
+    # (rules/pattern_set.py)
+    cuts: tuple[tuple[int, str], ...] = ()
 
     @property
     def text(self) -> str:

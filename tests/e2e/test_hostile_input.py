@@ -378,3 +378,34 @@ def test_claimed_ranks_are_bounded_and_said(tmp_path: Path) -> None:
     assert "rank_1000000000.jsonl" in said
     ranked = [r for r in runs["runs"] if r["run"].startswith("job/rank")]
     assert len(ranked) == 4096
+
+
+def test_a_backtracking_pattern_on_hostile_lines_does_not_hold_up_another_runs_alert(
+    tmp_path: Path,
+) -> None:
+    """`(a+)+$` on forty a's and a `!` held Python's re, and the whole daemon, for days: the
+    patterns run on RE2, linear in the line, so the NaN of the run beside it still pages."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - {name: nested, severity: warning, pattern: {regex: '(a+)+$'}}\n"
+        "  - {name: loss_nan, metric: loss, severity: critical, non_finite: {}}\n"
+    )
+    logs = tmp_path / "logs"
+    (logs / "hostile").mkdir(parents=True)
+    hostile = "a" * 40 + "!\n"
+    log = logs / "hostile" / "stdout.log"
+    log.write_text(hostile * 100)
+    d = daemon(tmp_path, "--rules", str(rules))
+    try:
+        d.wait_for_text("caught up")
+        with log.open("a") as f:  # more while it runs, then a line the pattern does match
+            f.write(hostile * 100 + "a" * 3000 + "!\n" + "a" * 40 + "\n")
+        healthy_run_with_a_nan(logs)
+        d.wait_until(lambda: any("loss_nan" in x and " ok " in x for x in d.lines))
+        d.wait_until(lambda: any("nested" in x and " hostile " in x for x in d.lines))
+    finally:
+        d.stop()
+    assert d.proc.returncode == 0
+    nested = [x for x in d.lines if " FIRING " in x and " nested " in x]
+    assert len(nested) == 1 and nested[0].endswith("stdout.log:202)\n")  # not the cut line 201

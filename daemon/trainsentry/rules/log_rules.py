@@ -42,7 +42,6 @@ line of a traceback and the frame above it, with the log's path and line.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +60,14 @@ from trainsentry.rules.checkpoints import (
     overdue_message,
 )
 from trainsentry.rules.hang import HangWatch, Report, Verdict, by_rank
-from trainsentry.rules.needles import needles
+from trainsentry.rules.pattern_set import (
+    PatternSet,
+    Regex,
+    compile_regex,
+    line_of,
+    match_text,
+    search,
+)
 from trainsentry.rules.run_life import (
     PROBE,
     WRITER,
@@ -79,16 +85,8 @@ CHECKPOINTS_METRIC = "checkpoints"  # the metric of a checkpoints alert: the job
 RESTART_GRACE = 30.0
 
 
-_Compiled = tuple[m.Rule, "re.Pattern[str]", m.Pattern, tuple[str, ...] | None]
-_Applicable = tuple[list[_Compiled], tuple[str, ...] | None]
-
-
-def _any_in(found: tuple[str, ...], text: str) -> bool:
-    # a loop, not any() over a generator: half the cost, once per event per rule
-    for needle in found:  # noqa: SIM110
-        if needle in text:
-            return True
-    return False
+_Compiled = tuple[m.Rule, Regex, m.Pattern]
+_Applicable = tuple[list[_Compiled], PatternSet]
 
 
 @dataclass(eq=False, slots=True)
@@ -111,6 +109,9 @@ class _Run:
     life: RunLife = field(default_factory=RunLife)
     alerts: dict[str, LogAlert] = field(default_factory=dict)  # rule name → alert
     processes: dict[str, RunProcess] = field(default_factory=dict)  # file → its writer
+    # the (step, wall) its alerts' timers were last judged at, since its last match: a
+    # line no rule matched at the same step and time changes nothing they judge
+    timed: tuple[int, float] | None = None
 
 
 class LogEngine:
@@ -130,9 +131,7 @@ class LogEngine:
         patterns = [(r, r.condition) for r in self.rules if isinstance(r.condition, m.Pattern)]
         # catch-alls last, so they know whether a more telling rule matched the event
         patterns.sort(key=lambda rc: rc[1].fallback)
-        self._compiled = [
-            (r, re.compile(c.regex, re.MULTILINE), c, needles(c.regex)) for r, c in patterns
-        ]
+        self._compiled = [(r, compile_regex(c.regex), c) for r, c in patterns]
         # the rules an event of a (kind, level) can match, filtered once, not per event
         self._applicable: dict[tuple[str, str], _Applicable] = {}
         self._hang_rule = next(
@@ -144,8 +143,8 @@ class LogEngine:
         self.lost_rules = tuple(r for r, c in saves if c.lost)
 
     def _for(self, kind: str, level: str) -> _Applicable:
-        """The rules for events of this kind and level, and every needle of theirs (None
-        when one of them has none): an event with no needle is matched by none."""
+        """The rules for events of this kind and level, and their regexes as one set
+        (pattern_set.py): one scan of an event says which of them match it."""
         got = self._applicable.get((kind, level))
         if got is None:
             rules = [
@@ -154,10 +153,8 @@ class LogEngine:
                 if (not c[2].levels or level in c[2].levels)
                 and (not c[2].events or kind in c[2].events)
             ]
-            gate: tuple[str, ...] | None = ()
-            for *_, found in rules:
-                gate = None if gate is None or found is None else gate + found
-            got = self._applicable[(kind, level)] = (rules, gate)
+            together = PatternSet([c.regex for *_, c in rules])
+            got = self._applicable[(kind, level)] = (rules, together)
         return got
 
     def reload(self, rules: m.RuleSet | Iterable[m.Rule]) -> list[Transition]:
@@ -195,19 +192,22 @@ class LogEngine:
             run = self._run(event.run)
             life = run.life
             step, wall = life.step, event.wall_time
-            text = event.text
+            rules, together = self._for(event.kind, event.level)
+            text = match_text(event)
+            hits = together.matching(text)
+            if not hits:  # a progress line: one scan, and done
+                if run.alerts and run.timed != (step, wall):
+                    self._timers(run, step, wall, out)
+                    run.timed = (step, wall)
+                continue
             matched = False
-            rules, gate = self._for(event.kind, event.level)
-            if gate is not None and not _any_in(gate, text):
-                rules = []  # a progress line: no rule's words are in it
-            for rule, regex, cond, found in rules:
+            for hit in hits:
+                rule, regex, cond = rules[hit]
                 if cond.fallback and matched:
                     continue
-                if found is not None and not _any_in(found, text):
-                    continue
-                match = regex.search(text)
+                match = search(regex, event, text)
                 if match is None:
-                    continue
+                    continue  # the set saw it across a cut line's cut, where it is not
                 matched = matched or not cond.fallback
                 if cond.collective_timeout and self._held(rule, event, step, wall):
                     continue
@@ -245,13 +245,13 @@ class LogEngine:
 
     def _decided(self, verdicts: list[Verdict], out: list[Transition]) -> None:
         """Page the rank the others waited for, then the waiting ranks' own timeouts."""
-        regexes = {rule: regex for rule, regex, *_ in self._compiled}
+        regexes = {rule: regex for rule, regex, _ in self._compiled}
         for verdict in verdicts:
             matched = [
                 (report, found)
                 for report in verdict.reports
                 if (regex := regexes.get(report.rule)) is not None
-                and (found := regex.search(report.event.text)) is not None
+                and (found := search(regex, report.event, match_text(report.event))) is not None
             ]  # a reload may have changed or dropped the rule since it held the report
             if not matched:
                 continue
@@ -263,11 +263,12 @@ class LogEngine:
                 alert = run.alerts.get(rule.name)
                 if alert is None:
                     alert = run.alerts[rule.name] = LogAlert(rule, blocked)
+                run.timed = None
                 if not alert.firing:
                     alert.matches += 1
                     alert.first = alert.last = (first.step, first.wall)
                     alert.event = first.event
-                    alert.telling = telling(first.event, first_match)
+                    alert.telling = telling(first.event, line_of(first_match))
                     alert.labels = {
                         **dict(rule.labels),
                         "blocked": ",".join(_rank_name(r) for r in verdict.blocked),
@@ -428,6 +429,7 @@ class LogEngine:
         said: str,
         out: list[Transition],
     ) -> None:
+        run.timed = None
         alert = run.alerts.get(rule.name)
         if alert is None:
             alert = run.alerts[rule.name] = LogAlert(rule, job.run, metric=CHECKPOINTS_METRIC)
@@ -458,6 +460,7 @@ class LogEngine:
                 continue
             if (spec.storm or spec.no_progress) and self._firing_in_job(restart.job, rule.name):
                 continue  # a storm is the job's: told once, on the attempt that began it
+            run.timed = None
             if alert is None:
                 alert = run.alerts[rule.name] = LogAlert(rule, restart.run, metric=ATTEMPTS_METRIC)
             alert.matches = restart.restarts
@@ -479,11 +482,12 @@ class LogEngine:
         run: _Run,
         rule: m.Rule,
         event: TextEvent,
-        match: re.Match[str],
+        match: Any,  # re2's match: its named groups, where it is
         step: int,
         wall: float,
         out: list[Transition],
     ) -> None:
+        run.timed = None
         alert = run.alerts.get(rule.name)
         if alert is None:
             alert = run.alerts[rule.name] = LogAlert(rule, event.run)
@@ -494,7 +498,7 @@ class LogEngine:
         alert.event = event
         groups = {k: v for k, v in match.groupdict().items() if v is not None}
         alert.labels = {**dict(rule.labels), **groups}
-        alert.telling = telling(event, match)
+        alert.telling = telling(event, line_of(match))
         alert.message = self._render(alert, rule, event, match.group(0), step, groups)
         if alert.firing or not _reached(rule.for_, alert.first, alert.last, alert.matches):
             return

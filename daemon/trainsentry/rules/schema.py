@@ -9,13 +9,13 @@ member of a union. `to_rule` hands the engine plain dataclasses.
 
 from __future__ import annotations
 
-import re
 import string
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
 from trainsentry.rules import model as m
+from trainsentry.rules.pattern_set import PatternError, compile_regex
 
 MESSAGE_FIELDS = frozenset(
     {"run", "rule", "severity", "metric", "canonical", "value", "step", "wall_time"}
@@ -278,10 +278,12 @@ class PatternSpec(Strict):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, text: str) -> str:
+        """Compiled as it will run: RE2, linear in the line whatever the pattern
+        (rules/pattern_set.py); what RE2 cannot run is refused here, with the reason."""
         try:
-            re.compile(text)
-        except re.error as exc:
-            raise ValueError(f"bad regex: {exc}") from None
+            compile_regex(text)
+        except PatternError as exc:
+            raise ValueError(f"bad regex: {exc} (patterns are RE2: docs/rules.md)") from None
         return text
 
 

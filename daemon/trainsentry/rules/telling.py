@@ -22,11 +22,12 @@ _CONTINUATION = re.compile(
 _NOT_EXCEPTION = ("Traceback (most recent call last):", "During handling of", "The above exception")
 
 
-def telling(event: TextEvent, match: re.Match[str]) -> tuple[str, ...]:
-    """The lines a person needs from the event: the matched one; for a traceback its
-    last exception line first, the frame that raised it, and what it was raised during."""
+def telling(event: TextEvent, matched: int) -> tuple[str, ...]:
+    """The lines a person needs from the event: the matched one (`matched`, its index
+    among the event's lines); for a traceback its last exception line first, the frame
+    that raised it, and what it was raised during."""
     lines = event.lines
-    hit = lines[event.text.count("\n", 0, match.start())].strip()
+    hit = lines[matched].strip()
     if event.kind != "traceback":
         return (hit,)
     exceptions = [

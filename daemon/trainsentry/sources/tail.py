@@ -516,7 +516,8 @@ class FileTail:
         run, path, ranks = self.log.run, self._shown or self.path, self._rank_runs
         if ranks is None:
             return [
-                TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run) for e in events
+                TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, run, e.cuts)
+                for e in events
             ]
         out = []
         for e in events:
@@ -526,7 +527,9 @@ class FileTail:
                 placed = ranks.get(rank) or run
                 if placed is run and len(ranks) < MAX_RANK_RUNS:
                     placed = ranks[rank] = ranked_run(run, rank)
-            out.append(TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, placed))
+            out.append(
+                TextEvent(path, e.line, e.wall_time, e.lines, e.kind, e.level, placed, e.cuts)
+            )
         return out
 
     def _prefix(self, rows: list[Row], prefix: str) -> list[Row]:

@@ -62,15 +62,19 @@ _LEVEL = re.compile(r"\b(CRITICAL|FATAL|ERROR|WARNING|WARN)\b")
 IDLE, FRAMES, EXCEPTION, REPORT = "idle", "frames", "exception", "report"
 
 
-def clean(raw: str) -> str:
+def clean(raw: str) -> tuple[str, str]:
     """A line as a person reads it: colours gone, a progress bar's last frame (after its
-    carriage returns), cut at MAX_LINE_CHARS."""
+    carriage returns), cut at MAX_LINE_CHARS; and the character that followed the cut
+    ("" for a line not cut), which the pattern rules take as context so that the cut
+    never makes a match the whole line does not have (rules/pattern_set.py)."""
     if "\r" in raw:
         parts = [p for p in raw.split("\r") if p.strip()]
         raw = parts[-1] if parts else ""
     if "\x1b" in raw:
         raw = _ANSI.sub("", raw)
-    return raw[:MAX_LINE_CHARS]
+    if len(raw) <= MAX_LINE_CHARS:
+        return raw, ""
+    return raw[:MAX_LINE_CHARS], raw[MAX_LINE_CHARS]
 
 
 def level_of(line: str) -> str:
@@ -93,6 +97,7 @@ class Grouped:
     line: int
     lines: list[str]
     kind: str
+    cuts: tuple[tuple[int, str], ...] = ()  # TextEvent.cuts
 
 
 @dataclass(slots=True)
@@ -103,50 +108,59 @@ class Grouper:
     start: int = 0
     held: list[str] = field(default_factory=list)
     blanks: int = 0  # blank lines after an exception line: kept only if a chain follows
+    cuts: list[tuple[int, str]] = field(default_factory=list)  # of the held lines
 
-    def push(self, number: int, line: str, out: list[Grouped]) -> None:
+    def push(self, number: int, line: str, out: list[Grouped], after: str = "") -> None:
+        """The next line; `after`: the character that followed its cut (`clean`)."""
         bare = RANK_PREFIX.sub("", line, count=1) if line.startswith("[") else line
         state = self.state
         if state == IDLE:
-            self._idle(number, line, bare, out)
+            self._idle(number, line, bare, out, after)
             return
         if len(self.held) >= MAX_EVENT_LINES:
             self.flush(out)
-            self._idle(number, line, bare, out)
+            self._idle(number, line, bare, out, after)
             return
         if state == FRAMES:
             if bare.strip() and not bare[0].isspace() and bare != TRACEBACK and bare not in _CHAINS:
                 self.state = EXCEPTION  # the exception line
-            self.held.append(line)
+            self._hold(line, after)
         elif state == EXCEPTION:
             if not bare.strip():
                 self.blanks += 1
             elif bare in _CHAINS or bare == TRACEBACK:
                 self.held.extend([""] * self.blanks)
-                self.held.append(line)
+                self._hold(line, after)
                 self.blanks, self.state = 0, FRAMES
             elif not self.blanks and _CONTINUES_EXCEPTION.match(bare):
-                self.held.append(line)
+                self._hold(line, after)
             else:
                 self.flush(out)
-                self._idle(number, line, bare, out)
+                self._idle(number, line, bare, out, after)
         elif not bare.strip():
             self.blanks += 1
         elif _CONTINUES_REPORT.match(bare):
             self.held.extend([""] * self.blanks)
-            self.held.append(line)
+            self._hold(line, after)
             self.blanks = 0
         else:
             self.flush(out)
-            self._idle(number, line, bare, out)
+            self._idle(number, line, bare, out, after)
 
-    def _idle(self, number: int, line: str, bare: str, out: list[Grouped]) -> None:
+    def _hold(self, line: str, after: str) -> None:
+        self.held.append(line)
+        if after:
+            self.cuts.append((len(self.held) - 1, after))
+
+    def _idle(self, number: int, line: str, bare: str, out: list[Grouped], after: str) -> None:
         if bare == TRACEBACK or bare in _CHAINS:
-            self.state, self.start, self.held = FRAMES, number, [line]
+            self.state, self.start, self.held = FRAMES, number, []
+            self._hold(line, after)
         elif bare[:1] in _REPORT_FIRST and _REPORT_START.match(bare):
-            self.state, self.start, self.held = REPORT, number, [line]
+            self.state, self.start, self.held = REPORT, number, []
+            self._hold(line, after)
         elif line.strip():
-            out.append(Grouped(number, [line], "line"))
+            out.append(Grouped(number, [line], "line", ((0, after),) if after else ()))
 
     @property
     def holding(self) -> bool:
@@ -156,13 +170,16 @@ class Grouper:
     def flush(self, out: list[Grouped]) -> None:
         if self.held:
             kind = "report" if self.state == REPORT else "traceback"
-            out.append(Grouped(self.start, self.held, kind))
-        self.state, self.held, self.blanks = IDLE, [], 0
+            out.append(Grouped(self.start, self.held, kind, tuple(self.cuts)))
+        self.state, self.held, self.blanks, self.cuts = IDLE, [], 0, []
 
     def snapshot(self) -> dict[str, Any]:
         if self.state == IDLE:
             return {}
-        return {"state": self.state, "start": self.start, "held": list(self.held)}
+        state: dict[str, Any] = {"state": self.state, "start": self.start, "held": list(self.held)}
+        if self.cuts:
+            state["cuts"] = [list(c) for c in self.cuts]
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
         held = state.get("held")
@@ -170,3 +187,14 @@ class Grouper:
             self.state, self.held = state["state"], [str(x) for x in held][:MAX_EVENT_LINES]
             start = state.get("start")
             self.start = start if isinstance(start, int) else 0
+            cuts = state.get("cuts")
+            self.cuts = [
+                (c[0], c[1])
+                for c in (cuts if isinstance(cuts, list) else [])
+                if isinstance(c, list)
+                and len(c) == 2
+                and type(c[0]) is int
+                and 0 <= c[0] < len(self.held)
+                and isinstance(c[1], str)
+                and len(c[1]) == 1
+            ]

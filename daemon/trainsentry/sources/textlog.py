@@ -71,8 +71,8 @@ class TextDecoder:
         found: list[Grouped] = []
         grouper = self._grouper
         for number, raw in enumerate(lines, self._lines.first(lines)):
-            text = mask_secrets(clean(raw.decode("utf-8", "replace")))
-            grouper.push(number, text, found)
+            text, after = clean(raw.decode("utf-8", "replace"))
+            grouper.push(number, mask_secrets(text), found, after)
         if lines and grouper.holding:
             self._held_wall = file_time
         result.events = [_event(g, file_time) for g in found]
@@ -103,7 +103,7 @@ class TextDecoder:
 
 def _event(g: Grouped, file_time: float) -> TextEvent:
     level = "error" if g.kind != "line" else level_of(g.lines[0])
-    return TextEvent("", g.line, file_time, tuple(g.lines), g.kind, level)
+    return TextEvent("", g.line, file_time, tuple(g.lines), g.kind, level, "", g.cuts)
 
 
 def record_event(record: dict[str, Any], number: int, file_time: float) -> TextEvent | None:
@@ -115,12 +115,24 @@ def record_event(record: dict[str, Any], number: int, file_time: float) -> TextE
     level = (raw_level or "").lower()
     level = _LEVELS.get(level, level)
     head = f"{level.upper()} {message}" if level and message is not None else message or level
-    lines = [mask_secrets(clean(head))]
+    lines: list[str] = []
+    cuts: list[tuple[int, str]] = []
+    for raw in _record_lines(record, head):
+        text, after = clean(raw)
+        if after:
+            cuts.append((len(lines), after))
+        lines.append(mask_secrets(text))
+    return TextEvent("", number, file_time, tuple(lines), "record", level, "", tuple(cuts))
+
+
+def _record_lines(record: dict[str, Any], head: str) -> list[str]:
+    """The record's message line, then the lines of its exception text."""
+    lines = [head]
     for key in _DETAIL_KEYS:
         detail = record.get(key)
         if isinstance(detail, str) and detail and detail not in ("True", "true"):
-            lines += [mask_secrets(clean(x)) for x in detail.splitlines() if x.strip()]
-    return TextEvent("", number, file_time, tuple(lines), "record", level)
+            lines += [x for x in detail.splitlines() if x.strip()]
+    return lines
 
 
 class LogDecoder:
