@@ -195,14 +195,14 @@ class SpikeCondition(Packed):
     `settle` points in a row; the next spike after that starts a new one.
 
     The level before the alarm is the mean the first spike rose from; a
-    resolve is "recovered" once the recent level (the window's mean, or the
-    fast average) is back within `min_ratio` × that mean (`ratio` × the slow
+    resolve is "recovered" once the recent level (the median of the last three
+    values, or the fast average) is back within `min_ratio` × that mean (`ratio` × the slow
     average, for `ewma`), else the spikes became a level.
     """
 
     __slots__ = (
-        "before", "calm", "count", "fast", "in_episode", "limit", "mean", "slow", "spec",
-        "spikes", "value", "window",
+        "before", "calm", "count", "fast", "in_episode", "limit", "mean", "recent", "slow",
+        "spec", "spikes", "value", "window",
     )  # fmt: skip
     _packed = ("spikes",)
 
@@ -219,6 +219,7 @@ class SpikeCondition(Packed):
         self.calm = 0  # points within normal since the last spike
         self.spikes: deque[float] = deque()  # where recent spike episodes began
         self.before: tuple[float, float] | None = None  # (mean, top of its band) at the first spike
+        self.recent: deque[float] = deque(maxlen=3)  # the window holds them clipped
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if not math.isfinite(value):
@@ -227,6 +228,7 @@ class SpikeCondition(Packed):
         self.count += 1
         self.value = value
         if spec.method == "sigma":
+            self.recent.append(value)
             window = self.window
             # len(), the window's mean() and std(), inlined: this runs for every loss point
             n = len(window.values) - window.head
@@ -270,7 +272,8 @@ class SpikeCondition(Packed):
         before, self.before = self.before, None
         if before is None:
             return RECOVERED
-        level = self.window.mean() if self.spec.method == "sigma" else self.fast
+        # the median of the last three values (one batch is not a level), or the fast EWMA
+        level = median(self.recent) if self.spec.method == "sigma" else self.fast
         mean, limit = before
         return settled(level, mean) if level > limit else RECOVERED
 

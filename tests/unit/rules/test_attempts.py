@@ -91,7 +91,9 @@ def test_a_runs_series_read_one_file_after_another_are_no_restart() -> None:
     its grad_norm from step 0. Only a series of the run going back is a resume."""
     engine = LogEngine(load_rules())
     out = engine.stepped("store/exp1/run-1", (Row(s, T0 + s, LOSS, (1.0,)) for s in range(500)))
-    out += engine.stepped("store/exp1/run-1", (Row(s, T0 + s, ("grad_norm",), (1.0,)) for s in range(500)))
+    out += engine.stepped(
+        "store/exp1/run-1", (Row(s, T0 + s, ("grad_norm",), (1.0,)) for s in range(500))
+    )
     assert fired(out) == []
     out = engine.stepped(
         "store/exp1/run-1", (Row(s, T0 + 900 + s, LOSS, (1.0,)) for s in range(400, 450))

@@ -165,8 +165,7 @@ def test_a_spike_that_becomes_a_level_resolves_as_settled() -> None:
     # the loss jumps to 9 and stays: each point enters the window clipped at the limit,
     # which rises until 9 is no spike any more; the level is ×4.5 the old, not back
     got = evaluate(SPIKE, points(f"{noisy(40, 2, 2)} {noisy(60, 9, 4)}"))
-    (resolve,) = [t for t in got if t.state == "resolved"]
-    assert resolve.reason is not None and resolve.reason.startswith("settled at a new level, ×")
+    assert resolves(got) == [(50, "settled at a new level, ×4.53 the old (1.978 → 8.965)")]
 
 
 # --- the kinds whose quiet is their band ---
