@@ -61,6 +61,7 @@ from trainsentry.rules.window import (
 DEFAULT_MESSAGE = "{canonical} at step {step} {evidence}"
 RUN_WIDE = "*"  # the metric of a run-level alert (no data)
 EVERY_SERIES = ("*",)  # the metrics of a rule that reads every series of a run
+EPOCH_AXIS = "@epoch"  # a series logged at step = epoch (axis_of)
 # `tick` fires a no-data alert at most a hundredth of its shortest silence late, at
 # most this late (the default pack's 15 minutes: 5 s), and need not be called more
 # often: each call walks every run's clocks, 2 ms a second at a thousand runs.
@@ -137,9 +138,24 @@ class _Run:
     # (alert, step, its lifecycle's point before): jump pairs of a record whose other
     # series is written after them (Lightning's LearningRateMonitor: the lr before the loss)
     awaiting: list[tuple[Alert, int, tuple[int, float]]] = field(default_factory=list)
+    # the rows of a step a feed of points left open (`feed_all`: another run's point
+    # came between two of its values): judged with the rest of the step
+    held: list[Row] = field(default_factory=list)
+
+    # the axis of the value being judged: its pair reads the other series on that axis
+    axis: str = ""
 
     def other(self, canonical: str) -> OtherSeries | None:
-        return self.others.get(canonical)
+        return self.others.get(canonical + self.axis)
+
+
+def axis_of(tag: str) -> str:
+    """The axis a series is logged on, as far as its name says: Keras' TensorBoard
+    callback writes `epoch_loss` at step = epoch beside `batch_loss` at step = batch
+    (update_freq), two axes under one canonical name. A rule pairing two series pairs
+    them on one axis (validation's epoch loss with the epoch train loss), else it would
+    compare an epoch's value with a batch's (EPOCH_AXIS or "" for the step axis)."""
+    return EPOCH_AXIS if tag.rpartition("/")[2].startswith("epoch_") else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +168,7 @@ class _Binding:
     # logged, a few are judged).
     idle: bool
     stale: bool = False  # a `stale` rule watches the tag: its deadline is kept by its run
+    axis: str = ""  # axis_of(tag)
 
 
 # Per row shape: (position, clock rules to move, None) or (position, (), binding to judge).
@@ -244,7 +261,7 @@ class Engine:
         # one tuple per distinct set of clock rules: _feed compares them by identity
         clock_rules = self._clock_sets.setdefault(tuple(clocks), tuple(clocks))
         stale = any(isinstance(rule.condition, m.Stale) for rule in series)
-        binding = _Binding(canonical, tuple(series), clock_rules, idle, stale)
+        binding = _Binding(canonical, tuple(series), clock_rules, idle, stale, axis_of(tag))
         self._bindings[tag] = binding
         return binding
 
@@ -259,8 +276,12 @@ class Engine:
         judged as the live path judges a row (`feed_rows`).
         """
         out: list[Transition] = []
+        held: set[str] = set()
         for run_id, rows in batches_of(points):
-            self._feed(run_id, rows, out)
+            self._feed(run_id, rows, out, hold=True)  # another run's point may cut a step
+            held.add(run_id)
+        for run_id in held:
+            self._settle_held(run_id, out)
         return out
 
     def feed_rows(self, run_id: str, rows: Iterable[Row]) -> list[Transition]:
@@ -269,38 +290,98 @@ class Engine:
         self._feed(run_id, rows, out)
         return out
 
-    def _feed(self, run_id: str, rows: Iterable[Row], out: list[Transition]) -> None:
-        """The daemon's per-record hot path.
+    def _settle_held(self, run_id: str, out: list[Transition]) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run.held:
+            self._feed(run_id, (), out)
 
-        Most values are of series no rule judges (they only move their run's
-        clocks and step), so what a row of given tags asks for is worked out
-        once per shape (`_plan`): the positions whose no-data clocks move, and
-        the positions a rule judges. A 20-value row of one judged tag costs one
-        clock check and one judgement, not twenty lookups. The clocks are
-        advanced once per stamp (`_Run.marked`; each clock also skips a stamp
-        it has seen, for rows whose tags have other clock rules).
+    def _feed(
+        self, run_id: str, rows: Iterable[Row], out: list[Transition], hold: bool = False
+    ) -> None:
+        """The daemon's per-record hot path: a run's rows, a step at a time.
+
+        A step is one moment: its values are judged in one order whatever order
+        the writer put them in (`_turn`: a row's in its plan's order; a step of
+        several rows, value by value), and an alert that fired and
+        was inhibited within it was never shown (`_moment`). So W&B's and MLflow's
+        orders of one step's tags, or a run's files read in another interleaving,
+        give one verdict.
         """
         run = self._runs.get(run_id)
         if run is None:
             run = self._runs[run_id] = _Run(run_id)
-        plans = self._plans
-        for step, wall, tags, values in rows:
-            plan = plans.get(tags)
-            if plan is None:
-                plan = self._plan(tags)
-            run.last_step, run.last_wall = step, wall
-            if run.stale and run.stale[0][0] < step:
-                self._check_stale(run, step, wall, out)
-            for i, clocks, binding in plan:
-                if binding is not None:
-                    self._judge(run, binding, tags[i], step, wall, values[i], out)
-                elif clocks is not run.marked or step != run.marked_step or wall != run.marked_wall:
-                    self._advance_clocks(run, clocks, step, wall, out)
-                    run.marked, run.marked_step, run.marked_wall = clocks, step, wall
+        held: Row | None = None
+        group: list[Row] = []
+        if run.held:  # the step a feed of points left open: its other values may follow
+            held, group, run.held = run.held[0], run.held[1:], []
+        for row in rows:
+            if held is None:
+                held = row
+            elif row[0] == held[0]:
+                group.append(row)
+            else:
+                self._moment(run, held, group, out)
+                held, group = row, []
+        if held is None:
+            return
+        if hold:
+            run.held = [held, *group]
+        else:
+            self._moment(run, held, group, out)
+
+    def _moment(self, run: _Run, first: Row, more: list[Row], out: list[Transition]) -> None:
+        """One step's rows, judged as one moment."""
+        mark = len(out)
+        if not more:
+            self._row(run, first, out)
+        else:
+            values = [
+                (tag, wall, value)
+                for _, wall, tags, vals in (first, *more)
+                for tag, value in zip(tags, vals, strict=True)
+            ]
+            values.sort(key=lambda v: self._turn(v[0]))
+            step = first[0]
+            for tag, wall, value in values:
+                self._row(run, Row(step, wall, (tag,), (value,)), out)
+            run.last_wall = max(v[1] for v in values)
+        if len(out) - mark > 1:
+            _unshown(out, mark)
+
+    def _turn(self, tag: str) -> tuple[bool, str]:
+        """A value's place in its step: the series other rules compare against first (a
+        NaN grad_norm is judged beside the loss of its own step, not the step before),
+        then by tag; a sort by it is stable, so two values of one tag keep their order."""
+        binding = self._bindings.get(tag) or self._bind(tag)
+        return (binding.canonical not in self._other_spans, tag)
+
+    def _row(self, run: _Run, row: Row, out: list[Transition]) -> None:
+        """One record. Most values are of series no rule judges (they only move their
+        run's clocks and step), so what a row of given tags asks for is worked out once
+        per shape (`_plan`): the positions whose no-data clocks move, and the positions
+        a rule judges, in one order (`_turn`). A 20-value row of one judged tag costs
+        one clock check and one judgement, not twenty lookups. The clocks are advanced
+        once per stamp (`_Run.marked`; each clock also skips a stamp it has seen, for
+        rows whose tags have other clock rules)."""
+        step, wall, tags, values = row
+        plan = self._plans.get(tags)
+        if plan is None:
+            plan = self._plan(tags)
+        run.last_step, run.last_wall = step, wall
+        if run.stale and run.stale[0][0] < step:
+            self._check_stale(run, step, wall, out)
+        for i, clocks, binding in plan:
+            if binding is not None:
+                self._judge(run, binding, tags[i], step, wall, values[i], out)
+            elif clocks is not run.marked or step != run.marked_step or wall != run.marked_wall:
+                self._advance_clocks(run, clocks, step, wall, out)
+                run.marked, run.marked_step, run.marked_wall = clocks, step, wall
 
     def _plan(self, tags: tuple[str, ...]) -> _Plan:
-        """What a row of these tags asks for, in the order its values come."""
+        """What a row of these tags asks for: its clocks moved first, then its judged values
+        in one order (`_turn`), not the order a writer put them in."""
         steps: list[tuple[int, tuple[m.Rule, ...], _Binding | None]] = []
+        judged: list[tuple[int, tuple[m.Rule, ...], _Binding | None]] = []
         moved: set[tuple[m.Rule, ...]] = set()
         for i, tag in enumerate(tags):
             binding = self._bindings.get(tag) or self._bind(tag)
@@ -309,10 +390,11 @@ class Engine:
                 moved.add(clocks)
                 steps.append((i, clocks, None))
             if not binding.idle:
-                steps.append((i, (), binding))
+                judged.append((i, (), binding))
+        judged.sort(key=lambda entry: self._turn(tags[entry[0]]))
         if len(self._plans) >= 65536:  # logs whose every line has new keys
             self._plans.clear()
-        plan = self._plans[tags] = tuple(steps)
+        plan = self._plans[tags] = (*steps, *judged)
         return plan
 
     def _judge(
@@ -326,11 +408,13 @@ class Engine:
         out: list[Transition],
     ) -> None:
         canonical = binding.canonical
+        run.axis = binding.axis
         spans = self._other_spans.get(canonical)
         if spans is not None:
-            other = run.others.get(canonical)
+            key = canonical + binding.axis
+            other = run.others.get(key)
             if other is None:
-                other = run.others[canonical] = OtherSeries(spans)
+                other = run.others[key] = OtherSeries(spans)
             other.push(step, value)
             if run.awaiting:
                 self._judge_awaiting(run, canonical, step, out)
@@ -418,11 +502,12 @@ class Engine:
         passed drops its waiters: the other was not logged with it.
         """
         waiting, run.awaiting = run.awaiting, []
+        axis = run.axis
         for alert, at, before in waiting:
             if at != step or alert.last_step != step:
                 continue
             condition: PairCondition = alert.condition
-            if condition.spec.other != canonical:
+            if condition.spec.other != canonical or axis_of(alert.metric) != axis:
                 run.awaiting.append((alert, at, before))
                 continue
             verdict = condition.update(step, alert.last_wall, alert.value, run)
@@ -756,3 +841,22 @@ class Engine:
         except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
             text = DEFAULT_MESSAGE.format_map(fields)
             return f"{text} (message template of {rule.name} failed: {exc})"
+
+
+def _unshown(out: list[Transition], mark: int) -> None:
+    """Drop from `out[mark:]` (one step's transitions) each alert's firing that a critical
+    of the same step inhibited: shown and taken back in one moment, it was never shown.
+    In another order of the step's values the warning would not have fired at all."""
+    fired: dict[tuple[str, str, str], int] = {}
+    dropped: set[int] = set()
+    for i in range(mark, len(out)):
+        t = out[i]
+        key = (t.run, t.rule, t.metric)
+        if t.state == "firing" and t.escalated_from is None:
+            fired[key] = i
+        elif t.state == "resolved" and (t.reason or "").startswith("inhibited by "):
+            at = fired.pop(key, None)
+            if at is not None:
+                dropped.update((at, i))
+    if dropped:
+        out[mark:] = [t for i, t in enumerate(out[mark:], mark) if i not in dropped]

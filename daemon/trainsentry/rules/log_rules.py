@@ -325,10 +325,11 @@ class LogEngine:
         self, run_id: str, records: Iterable[tuple[int, float, tuple[str, ...], object]]
     ) -> list[Transition]:
         """A run's records (Rows: step, stamp, tags, values), each: the attempts of its job
-        (attempts.py, a record's shape its tags) and its checkpoints (checkpoints.py). Each record, not a read's last:
-        a read of a backlog may hold the end of one attempt and the beginning of the next,
-        the step going back between them. A checkpoint's row (its tags `checkpoint/...`,
-        sources/checkpoints.py) is a save, not a step the job logged."""
+        (attempts.py, a record's shape its tags) and its checkpoints (checkpoints.py).
+        Each record, not a read's last: a read of a backlog may hold the end of one attempt
+        and the beginning of the next, the step going back between them. A checkpoint's
+        row (its tags `checkpoint/...`, sources/checkpoints.py) is a save, not a step the
+        job logged."""
         out: list[Transition] = []
         saw = self.attempts.saw
         book = self.checkpoints

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -34,6 +35,7 @@ from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
+from trainsentry.sources.reading import merged_rows
 from trainsentry.sources.survey import NO_FILES, nothing_readable
 from trainsentry.sources.tail import FileTail
 from trainsentry.state.db import StateDB
@@ -66,6 +68,10 @@ SIGNAL_CHECK_SECONDS = 0.25
 # Bytes read from one file per cycle: a backfill proceeds in slices of a few
 # seconds of evaluation, so signals, heartbeats and other files get their turn.
 READ_BUDGET = 16 << 20
+# Logs whose rows are not gathered with their run's other files in a cycle (`_read`): a
+# checkpoint root's rows are saves (judged apart, runtime/service.py), a text log's are
+# its ranks', a tracker's database holds many runs.
+_UNGATHERED = frozenset({"checkpoints", "text", "mlflow_db"})
 # watchdog adds watches for new directories on its own thread: a sweep may see
 # a directory a moment before its watch exists. A shortfall must outlast this
 # grace before the root is declared deaf and polled.
@@ -454,7 +460,9 @@ class Daemon:
 
         Points go to the sinks file by file (not once per cycle) so a backfill
         of many large files never holds them all in memory, and `on_progress`
-        can tell a heartbeat that a long cycle is working, not stuck.
+        can tell a heartbeat that a long cycle is working, not stuck. Only the
+        files of one run read in one cycle wait for each other, to be merged by
+        wall time as replay merges them (`merged_rows`).
         """
         delivered = 0
         gone: list[str] = []
@@ -467,6 +475,15 @@ class Daemon:
             order = sorted(keys, key=lambda k: (k not in self._relearners, k))
         else:  # nothing relearns (after the first minutes): no key function per file
             order = sorted(keys)
+        # A run's files read in this cycle are merged by wall time before they are judged,
+        # as replay merges them (Keras' train/ and validation/, MLflow's file per metric):
+        # each file's rows wait for the run's last file of the cycle (`_gathered`).
+        files_of: Counter[str] = Counter()
+        for key in order:
+            tail = self._tails.get(key)
+            if tail is not None and tail.log.kind not in _UNGATHERED:
+                files_of[tail.log.run] += 1
+        gathered: dict[str, list[list[Row]]] = {}
         for i, key in enumerate(order):
             if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
                 again.update(order[i:])
@@ -509,8 +526,17 @@ class Daemon:
                 delivered += points
                 self.stats.points += points
                 for run, rows in batches:
-                    for sink in self.sinks:
-                        sink(run, rows)
+                    if run == tail.log.run and files_of[run] > 1:
+                        gathered.setdefault(run, []).append(rows)
+                        continue
+                    self._hand_on(run, rows)
+            run = tail.log.run
+            if tail.log.kind not in _UNGATHERED:
+                files_of[run] -= 1
+            if run in gathered and (
+                files_of[run] <= 0 or got.events or got.marks or got.ends or got.traces
+            ):  # the run's rows read so far before what may end it, as replay judges them
+                self._hand_on(run, merged_rows(gathered.pop(run)))
             if got.events and self._on_events is not None:
                 self._on_events(got.run, got.events)
             if (got.traces or got.ends) and self._on_report is not None:
@@ -536,6 +562,8 @@ class Daemon:
                 self.on_progress()
             if self._backfill_start is not None:
                 self._backfilled(key, points, more=got.more)
+        for run, parts in gathered.items():  # a stop cut the cycle short
+            self._hand_on(run, merged_rows(parts))
         self._pending = again
         if self._holding:
             self._let_go()
@@ -552,6 +580,10 @@ class Daemon:
         if self.restart is not None and self.restart.due:
             self._snapshot()
         return delivered
+
+    def _hand_on(self, run: str, rows: list[Row]) -> None:
+        for sink in self.sinks:
+            sink(run, rows)
 
     def _let_go(self) -> None:
         """Hand on the held events of text logs quiet for HOLD_SECONDS: a crash's last

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from trainsentry.point import Point, ProbeMark, RunEnd, TextEvent
+from trainsentry.point import Point, ProbeMark, Row, RunEnd, TextEvent
 from trainsentry.sources.discover import LogFile, roots
 from trainsentry.sources.following import follow
 from trainsentry.sources.survey import nothing_readable, readable
@@ -51,6 +51,20 @@ def iter_files(
 def wall_order(point: Point) -> float:
     """A point's place on the wall clock; a point with no usable time goes last."""
     return point.wall_time if math.isfinite(point.wall_time) else math.inf
+
+
+def _row_wall(row: Row) -> float:
+    wall = row[1]
+    return wall if math.isfinite(wall) else math.inf
+
+
+def merged_rows(parts: list[list[Row]]) -> list[Row]:
+    """One run's rows from several of its files, in the order `iter_points` gives a
+    replay: merged by wall time, each file in its own order, ties to the earlier file.
+    The live loop merges what it read of a run's files in one cycle so."""
+    if len(parts) == 1:
+        return parts[0]
+    return list(heapq.merge(*parts, key=_row_wall))
 
 
 def iter_points(

@@ -457,16 +457,18 @@ def test_a_jump_pair_is_judged_with_its_own_records_other_in_either_order(
     assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 60)]
 
 
-def test_a_pending_jump_pair_waiting_for_its_records_other_is_not_cancelled() -> None:
-    # lr first in each record. Step 50 pairs the jumped lr with the loss of step 40 (×40:
-    # pending, 1 point). At 60 the loss of 50 is back at 1: the pair waits for the loss
-    # of 60 (×5 its level), which holds it: 2 points, firing at 60. Were the wait taken
-    # as a quiet verdict, the pending alert would start over and fire at 70.
+@pytest.mark.parametrize("lr_first", [True, False])
+def test_a_jump_pair_pairs_the_lr_with_the_loss_of_its_own_step(lr_first: bool) -> None:
+    # Step 50's jumped lr pairs with step 50's loss (back at 1: no jump), never with the
+    # loss of step 40 (×40) that came before it in the file. At 60 the loss is ×5 its
+    # level (1 point), at 70 ×312 (2 points): firing at 70, whichever value each record
+    # wrote first.
     lr = points("1e-4x4 1 1 1", tag="lr", every=10)
     loss = points("1x3 40 1 40 4000", tag="loss", every=10)
-    rows = sorted([*lr, *loss], key=lambda p: p.step)
+    first, second = (lr, loss) if lr_first else (loss, lr)
+    rows = sorted([*first, *second], key=lambda p: p.step)
     got = Engine(ruleset(JUMP_PAIR)).feed_all(rows)
-    assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 60)]
+    assert [(t.rule, t.state, t.step) for t in got] == [("jump", "firing", 70)]
 
 
 def test_a_reload_between_a_records_lr_and_its_loss_drops_the_removed_pairs_wait() -> None:
