@@ -27,6 +27,17 @@ AlertKey = tuple[str, str, str]  # (run, rule, metric): one alert across escalat
 
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
 
+# The reasons of a resolve the data made: the series back in the band it left, or a
+# change that persists told as such ("settled at a new level, ×5.4 the old (0.13 → 0.71)").
+RECOVERED = "recovered"
+SETTLED = "settled at a new level"
+
+
+def went_quiet(reason: str | None) -> bool:
+    """A resolve the condition's own data made, not one from outside (run finished, data
+    stopped, inhibited): the next point may fire it again, so receivers hold it a while."""
+    return reason == RECOVERED or (reason is not None and reason.startswith(SETTLED))
+
 
 def json_number(value: float) -> float | str:
     """JSON has no NaN or infinity; a non-finite value is itself the evidence, so it is text."""

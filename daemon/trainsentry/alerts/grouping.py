@@ -22,8 +22,8 @@ run's first critical has been told to a receiver, its later criticals (the
 epoch loss after the step loss, every layer's norm after the total) join that
 incident: they leave together at most every `group_interval`, as an update,
 not as pages of their own; warnings after any told alert of the run do the
-same. A resolve for "recovered" is held the route's group interval before it
-is told: if the alert fires again meanwhile it was one alert all along (flap
+same. A resolve the data made ("recovered", "settled at a new level ...") is held the route's group
+interval before it is told: if the alert fires again meanwhile it was one alert all along (flap
 damping), and neither the resolve nor the re-fire is sent; another alert of the
 run that fires meanwhile joins the incident the held resolve belongs to (the
 run is not back: its loss fell under the critical's line and not under the
@@ -99,7 +99,7 @@ class Firing:
     threshold: float | None = None
     link: str | None = None
     incident: str | None = None  # its bundle's path
-    # A "recovered" resolve held for flap damping: its notifications and when they go
+    # A resolve the data made held for flap damping: its notifications and when they go
     resolving: list[Any] | None = None  # the outbox entries, written at `resolve_at`
     resolve_at: float = 0.0
     told_severity: str = ""  # the highest severity its receivers were told
@@ -155,7 +155,7 @@ class FiringBook:
 
     def _incident(self, run: str, key: AlertKey) -> Iterator[Firing]:
         """The alerts of `run`'s job's open incident, but `key`: those firing and those whose
-        "recovered" resolve is held. An alert that fires as another of its run recovers (a
+        resolve the data made is held. An alert that fires as another of its run recovers (a
         loss that fell back under the critical's line but stayed above the warning's) is
         the same incident going on, told as its update, not a new one."""
         for k, e in self._firing.items():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsentry.actions.stop_file import stop_file_path, write_stop_file
-from trainsentry.alert import Command, Notice, Transition
+from trainsentry.alert import Command, Notice, Transition, went_quiet
 from trainsentry.alerts.dispatch import Lane
 from trainsentry.alerts.grouping import Firing, FiringBook, due_time
 from trainsentry.alerts.incident import write_bundle
@@ -253,8 +253,9 @@ class Notifier:
             key = notification_key(t, receiver, "resolved")
             due = due_time(route, t.severity, now)
             told = Entry(key, receiver, t.run, t.severity, notice, due)
-            # "recovered" is told once it has stayed so a group interval (flap damping)
-            if t.reason == "recovered" and route.group_interval > 0:
+            # a resolve the data made ("recovered", "settled at ...") is told once it has
+            # stayed so a group interval (flap damping)
+            if went_quiet(t.reason) and route.group_interval > 0:
                 held.append(told)
                 hold = max(hold, route.group_interval)
             else:

@@ -5,6 +5,13 @@ code (QUIET, ACTIVE, CRITICAL, or None for "cannot judge this point": a NaN
 fed to a fit, a window not yet full). Verdicts are ints because they are made
 for every point and every matching rule; the human-readable evidence is only
 built, by `evidence()`, when an alert actually changes state.
+
+A resolve says why (`resolved_reason`): "recovered" only when the series is
+back in the band it left, the level it had before the alarm, which the
+condition keeps when it goes active. Conditions whose quiet verdict can come
+while the series stays away keep a firing alert firing there (HELD: a
+baseline, a jump) or say what it settled at ("settled at a new level, ×5.4 the
+old (0.1314 → 0.708)": a growth that stopped, a spike that became a level).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Protocol
 
+from trainsentry.alert import RECOVERED, SETTLED
 from trainsentry.rules.model import Span
 from trainsentry.rules.packed import Packed
 from trainsentry.store.buffers import NO_SHRINK, cut_front
@@ -54,6 +62,25 @@ class Evaluator(Protocol):
     def evidence(self) -> str:
         """Why the last verdict was what it was: values, window, fit, projection."""
         ...
+
+    # Optional: `resolved_reason() -> str`, called once the alert's lifecycle ends (it
+    # resolved, or its pending streak was cancelled): why, in words, as of the latest
+    # point; the level the condition kept from before the alarm is let go. A condition
+    # without it resolves "recovered" (`reason_of`).
+
+
+def reason_of(condition: object) -> str:
+    """The reason of a resolve of `condition`'s alert (its episode ends with it)."""
+    said = getattr(condition, "resolved_reason", None)
+    return str(said()) if said is not None else RECOVERED
+
+
+def settled(value: float, old: float) -> str:
+    """The reason of a resolve whose series did not come back to the level it left."""
+    moved = f"{fmt(old)} → {fmt(value)}"
+    if old > 0 and value > 0:
+        return f"{SETTLED}, ×{value / old:.3g} the old ({moved})"
+    return f"{SETTLED} ({moved})"
 
 
 class SpanWindow(Packed):

@@ -27,15 +27,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainsentry.alert import Severity, State, Transition
+from trainsentry.alert import RECOVERED, Severity, State, Transition
 from trainsentry.jobs import member_of
 from trainsentry.jobs.identity import MAX_RANKS_COMPARED
 from trainsentry.point import CHECKPOINT_PREFIX, Point, Row, batches_of
 from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
 from trainsentry.rules.clock import NoDataClock, StaleCondition, ThroughputCondition
-from trainsentry.rules.condition import Evaluator, OtherSeries, fmt
+from trainsentry.rules.condition import Evaluator, OtherSeries, fmt, reason_of
 from trainsentry.rules.lifecycle import (
+    CANCELLED,
     ESCALATED,
     FIRED,
     FIRING,
@@ -467,8 +468,12 @@ class Engine:
         event = alert.lifecycle.observe(verdict, step, wall, last)
         if verdict is not None:
             alert.holding = verdict >= m.ACTIVE or (verdict == m.HELD and alert.lifecycle.firing)
-        if event is FIRED or event is ESCALATED or event is RESOLVED:
-            self._reconcile(run, alert, step, wall, "recovered", out)
+        if event is FIRED or event is ESCALATED:
+            self._reconcile(run, alert, step, wall, RECOVERED, out)
+        elif event is RESOLVED:  # the condition says whether the series came back
+            self._reconcile(run, alert, step, wall, reason_of(alert.condition), out)
+        elif event is CANCELLED:
+            reason_of(alert.condition)  # the streak ended: so does the level kept for it
         elif alert.shown is None and alert.holding and alert.lifecycle.firing:
             self._reconcile(run, alert, step, wall, "recovered", out)  # muted: holds again
 

@@ -8,6 +8,12 @@ time a page needs. The fit keeps running sums (n, Σx, Σy, Σx², Σxy, Σy²),
 each point costs O(1); x is taken relative to an origin that is moved to the
 window's start whenever the sums are rebuilt, which keeps x² small enough
 that the variance does not drown in rounding at step ten million.
+
+Both shapes go quiet when the shape ends, not when the series is back: a norm
+that grew ×10 and stopped there no longer grows, a loss that spiked and stayed
+up is absorbed into the recent level. Their resolves say which it was: the
+level before the alarm is kept when it goes active, and a resolve is
+"recovered" only back near it, else "settled at a new level, ×N the old".
 """
 
 from __future__ import annotations
@@ -15,15 +21,24 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from trainsentry.rules.condition import RunView, SpanWindow, axis, fmt
+from trainsentry.alert import RECOVERED
+from trainsentry.rules.condition import RunView, SpanWindow, axis, fmt, median, settled
 from trainsentry.rules.model import ACTIVE, CRITICAL, QUIET, Growth, Span, Spike
 from trainsentry.rules.packed import Packed
 
 
 class GrowthCondition(Packed):
+    """Geometric growth along a clean log-linear fit.
+
+    The level before the alarm is the window's oldest value when the growth
+    first holds; a resolve is "recovered" once the median of the last three
+    values is back within half the growth (in log space, the fit's own
+    hysteresis) of it.
+    """
+
     __slots__ = (
-        "_amount", "_by_points", "_log_growth", "count", "fit", "growing", "items", "origin",
-        "rebuild_in", "spec", "sx", "sxx", "sxy", "sy", "syy", "value",
+        "_amount", "_by_points", "_log_growth", "before", "count", "fit", "growing", "items",
+        "origin", "rebuild_in", "spec", "sx", "sxx", "sxy", "sy", "syy", "value",
     )  # fmt: skip
     _packed = ("items",)
 
@@ -41,6 +56,7 @@ class GrowthCondition(Packed):
         self.growing = False
         self.value = math.nan
         self.fit: tuple[float, float, float, float, float] | None = None  # slope, r2, span, yhat, x
+        self.before = math.nan  # the value the growth that went active started from
 
     def _add(self, x: float, y: float, sign: float) -> None:
         x -= self.origin
@@ -122,10 +138,22 @@ class GrowthCondition(Packed):
         )
         if not self.growing:
             return QUIET
+        if math.isnan(self.before):
+            self.before = math.exp(self.items[0][2])
         ahead = self.steps_to_threshold()
         if spec.critical_within is not None and ahead is not None and ahead <= spec.critical_within:
             return CRITICAL
         return ACTIVE
+
+    def resolved_reason(self) -> str:
+        before, self.before = self.before, math.nan
+        if not (before > 0 and self.items):
+            return RECOVERED
+        # the median of the last three values: one batch is not a level
+        y = median(item[2] for item in list(self.items)[-3:])
+        if y - math.log(before) > self._log_growth / 2:
+            return settled(math.exp(y), before)
+        return RECOVERED
 
     def steps_to_threshold(self) -> float | None:
         """Steps until the fitted curve reaches `threshold` (0 if already past)."""
@@ -165,11 +193,16 @@ class SpikeCondition(Packed):
     whose loss takes a few steps to come down, is one event. An episode ends
     once the series has been back within normal (at or under the limit) for
     `settle` points in a row; the next spike after that starts a new one.
+
+    The level before the alarm is the mean the first spike rose from; a
+    resolve is "recovered" once the recent level (the median of the last three
+    values, or the fast average) is back within `min_ratio` × that mean (`ratio` × the slow
+    average, for `ewma`), else the spikes became a level.
     """
 
     __slots__ = (
-        "calm", "count", "fast", "in_episode", "limit", "mean", "slow", "spec", "spikes",
-        "value", "window",
+        "before", "calm", "count", "fast", "in_episode", "limit", "mean", "recent", "slow",
+        "spec", "spikes", "value", "window",
     )  # fmt: skip
     _packed = ("spikes",)
 
@@ -185,6 +218,8 @@ class SpikeCondition(Packed):
         self.in_episode = False
         self.calm = 0  # points within normal since the last spike
         self.spikes: deque[float] = deque()  # where recent spike episodes began
+        self.before: tuple[float, float] | None = None  # (mean, top of its band) at the first spike
+        self.recent: deque[float] = deque(maxlen=3)  # the window holds them clipped
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if not math.isfinite(value):
@@ -193,6 +228,7 @@ class SpikeCondition(Packed):
         self.count += 1
         self.value = value
         if spec.method == "sigma":
+            self.recent.append(value)
             window = self.window
             # len(), the window's mean() and std(), inlined: this runs for every loss point
             n = len(window.values) - window.head
@@ -215,6 +251,11 @@ class SpikeCondition(Packed):
                 self.in_episode = False
             return QUIET
         self.calm = 0
+        if self.before is None:  # the band of a level: σ is a batch's spread, not a level's
+            mean, top = self.mean, self.limit
+            if spec.method == "sigma":
+                top = mean + (spec.min_ratio - 1.0) * abs(mean)
+            self.before = (mean, top)
         within = spec.repeat_within
         if not self.in_episode:
             self.in_episode = True
@@ -226,6 +267,15 @@ class SpikeCondition(Packed):
         while self.spikes and self.spikes[0] <= position - within.amount:
             self.spikes.popleft()
         return CRITICAL if len(self.spikes) >= spec.repeat_count else ACTIVE
+
+    def resolved_reason(self) -> str:
+        before, self.before = self.before, None
+        if before is None:
+            return RECOVERED
+        # the median of the last three values (one batch is not a level), or the fast EWMA
+        level = median(self.recent) if self.spec.method == "sigma" else self.fast
+        mean, limit = before
+        return settled(level, mean) if level > limit else RECOVERED
 
     def evidence(self) -> str:
         spec = self.spec

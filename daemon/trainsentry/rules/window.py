@@ -15,7 +15,8 @@ import math
 from array import array
 from collections import deque
 
-from trainsentry.rules.condition import RunView, axis, fmt, median
+from trainsentry.alert import RECOVERED
+from trainsentry.rules.condition import RunView, axis, fmt, median, settled
 from trainsentry.rules.model import ACTIVE, HELD, QUIET, Baseline, Pair, Plateau, Rise, Span
 from trainsentry.rules.packed import Packed
 from trainsentry.store.buffers import NO_SHRINK, cut_front
@@ -338,9 +339,20 @@ class BaselineCondition(Packed):
     in: a run logging once an epoch is judged within a few epochs. MAD has a
     floor of 0.1 % of the median so a flat baseline does not turn every
     wiggle into a huge z.
+
+    The band the series left is the range of the baseline's points when it
+    first went anomalous: a firing alert holds (HELD) while the series stays
+    outside it on the side it left, however the rolling baseline moves, and
+    resolves "recovered" once back in it. A norm still ×8 its old median
+    after a ×12 blow-up is under the alarm line and not back (the rolling
+    median had crept up under a growing norm, and the alert "recovered"
+    steps before the NaN); a change that persists keeps it firing to the
+    end of the run.
     """
 
-    __slots__ = ("count", "mad", "med", "ring", "since_refresh", "spec", "value", "z")
+    __slots__ = (
+        "band", "count", "mad", "med", "ring", "since_refresh", "spec", "value", "z",
+    )  # fmt: skip
     _packed = ("ring",)
 
     def __init__(self, spec: Baseline) -> None:
@@ -352,6 +364,7 @@ class BaselineCondition(Packed):
         self.since_refresh = 0
         self.value = math.nan
         self.z = math.nan
+        self.band: tuple[float, float] | None = None  # (lowest, highest) it left
 
     def _skipping(self, step: int) -> bool:
         skip = self.spec.skip
@@ -387,7 +400,25 @@ class BaselineCondition(Packed):
             return None
         if not learned:
             hit = self._judge(value)
-        return ACTIVE if hit else QUIET
+        if hit:
+            if self.band is None:
+                self.band = (min(self.ring), max(self.ring))
+            return ACTIVE
+        band = self.band
+        if band is not None:
+            spec = self.spec
+            up = spec.z_above is not None or spec.ratio_above is not None
+            down = spec.z_below is not None or spec.ratio_below is not None
+            if (up and value > band[1]) or (down and value < band[0]):
+                return HELD  # under the alarm line, not back where it was
+            self.band = None
+        return QUIET
+
+    def resolved_reason(self) -> str:
+        band, self.band = self.band, None
+        if band is None or math.isnan(self.value):
+            return RECOVERED
+        return settled(self.value, self.med)
 
     def _judge(self, value: float) -> bool:
         spec, med = self.spec, self.med
@@ -427,12 +458,18 @@ class PairCondition:
     loss of the same record leaps above its level before it. Two independent
     signals agreeing on one point can page at once where one alone could be
     an odd batch or a deliberate change; the alert then holds while the
-    series stays above its highest before the jump.
+    series stays above its highest before the jump (`mark`), not only while it
+    stays ×`jump_from_max` above it: an lr ×100 whose schedule decays it is
+    under the jump's line long before it is back (HF's linear decay, ×18 its
+    value before the jump), and that is no recovery.
+
+    Without a jump, a resolve is "recovered" once this series is back within
+    `rise_from_best` of its best; else it says where it settled.
     """
 
     __slots__ = (
-        "awaits", "best", "best_step", "other", "other_at_best", "other_before", "peak",
-        "peak_before", "spec", "value",
+        "awaits", "best", "best_step", "mark", "other", "other_at_best", "other_before",
+        "peak", "peak_before", "spec", "value",
     )  # fmt: skip
 
     def __init__(self, spec: Pair) -> None:
@@ -445,6 +482,7 @@ class PairCondition:
         self.other_at_best = math.nan
         self.peak = math.nan  # the highest value so far
         self.peak_before = math.nan  # ... before the latest
+        self.mark = math.nan  # the highest before a jump that paged, until back under it
         # a jump judged before the other's value of the same step was in: the engine
         # judges it again when that value comes (the lr written before the loss)
         self.awaits = False
@@ -461,6 +499,11 @@ class PairCondition:
         # the jump stays the mark, and the alert holds until the series is back under it.
         peak = self.peak_before = self.peak
         jumped = spec.jump_from_max is not None and peak > 0 and value > spec.jump_from_max * peak
+        if not jumped and self.mark == self.mark:  # a jump that paged: is it back?
+            if value > self.mark:
+                self.value, self.awaits = value, False
+                return HELD  # under the jump's line, still above all it had before
+            self.mark = math.nan
         if not jumped:
             self.peak = value if math.isnan(peak) else max(peak, value)
             if spec.jump_from_max is not None:
@@ -494,9 +537,20 @@ class PairCondition:
         ]
         if all(hit for limit, hit in checks if limit is not None):
             self.awaits = False
+            if jumped and math.isnan(self.mark):
+                self.mark = peak
             return ACTIVE
         self.awaits = jumped and spec.other_jump is not None and series.step < step
         return HELD if jumped else QUIET
+
+    def resolved_reason(self) -> str:
+        mark, self.mark = self.mark, math.nan
+        if mark == mark:  # a jump's alert resolves only once back under its mark
+            return settled(self.value, mark)
+        rise = self.spec.rise_from_best
+        if rise is not None and self.value - self.best > rise * abs(self.best):
+            return settled(self.value, self.best)
+        return RECOVERED
 
     def evidence(self) -> str:
         spec, name = self.spec, self.spec.other

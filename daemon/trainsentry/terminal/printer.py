@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from trainsentry.alert import AlertKey, Transition
+from trainsentry.alert import AlertKey, Transition, went_quiet
 from trainsentry.jobs import same_job
 from trainsentry.sinks.alert_log import AlertLog
 from trainsentry.stop_signals import signals_deferred
@@ -73,7 +73,7 @@ class AlertPrinter:
         while others of the run fire joins the incident they opened (the notifier sends
         it as an update, not a page of its own)."""
         if t.state == "resolved":
-            if t.reason != "recovered":
+            if not went_quiet(t.reason):
                 self._close(t)
             return ""
         run = self._open.setdefault(t.run, {})
@@ -91,12 +91,13 @@ class AlertPrinter:
         return f"joins the incident opened by {rule} at step {step}"
 
     def _close_recovered(self, shown: list[Transition]) -> None:
-        """A "recovered" resolve closes its part of the incident after the rest of its
-        batch: an alert the same point fires (the loss under the critical's line, still
-        over the warning's) joins the incident, as the notifier's held resolve has it."""
+        """A resolve the data made ("recovered", "settled at ...") closes its part of the incident
+        after the rest of its batch: an alert the same point fires (the loss under the
+        critical's line, still over the warning's) joins the incident, as the notifier's
+        held resolve has it."""
         last = {t.key: t for t in shown}  # a re-fire later in the batch keeps it open
         for t in last.values():
-            if t.state == "resolved" and t.reason == "recovered":
+            if t.state == "resolved" and went_quiet(t.reason):
                 self._close(t)
 
     def _close(self, t: Transition) -> None:

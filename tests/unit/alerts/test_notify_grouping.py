@@ -107,15 +107,17 @@ def test_a_resolve_states_no_peak_when_the_store_misses_the_start_of_the_firing(
     assert resolved.severity == "resolved" and "peak" not in resolved.body
 
 
-def test_a_flapping_alert_is_one_alert_paged_once_and_resolved_once(tmp_path: Path) -> None:
-    """Resolved "recovered" and firing again a minute later, six times: the same alert."""
+@pytest.mark.parametrize("reason", ["recovered", "settled at a new level, ×2 the old (2 → 4)"])
+def test_a_flapping_alert_is_one_alert_paged_once_and_resolved_once(
+    tmp_path: Path, reason: str
+) -> None:
+    """Resolved by its data (back, or settled elsewhere) and firing again a minute later,
+    six times: the same alert."""
     h = Harness(tmp_path)
     for i in range(6):
         h.notifier.submit([transition(severity="critical", step=100 + 2 * i)])
         h.advance(30)
-        h.notifier.submit(
-            [transition("resolved", "critical", step=101 + 2 * i, reason="recovered")]
-        )
+        h.notifier.submit([transition("resolved", "critical", step=101 + 2 * i, reason=reason)])
         h.advance(30)
     assert [m.severity for m in h.sink().messages] == ["critical"]
     h.advance(GROUP_INTERVAL_SECONDS)  # it stayed recovered: now it is told
