@@ -37,10 +37,13 @@ def start_job(kind: str, directory: Path, *args: str) -> subprocess.Popen[bytes]
     )
 
 
-def write_all(base: Path, kinds: tuple[str, ...] = KINDS) -> dict[str, Path]:
-    """Each kind's store under base/<kind>, written by the real package."""
+def write_all(
+    base: Path, kinds: tuple[str, ...] = KINDS, args: tuple[str, ...] = ()
+) -> dict[str, Path]:
+    """Each kind's store under base/<kind>, written by the real package (`args`:
+    tracker_jobs.py's STEPS, DIVERGE_AT, JUMP_AT)."""
     base.mkdir(parents=True, exist_ok=True)
-    jobs = {kind: start_job(kind, base / kind) for kind in kinds}
+    jobs = {kind: start_job(kind, base / kind, *args) for kind in kinds}
     for kind, job in jobs.items():
         _, err = job.communicate(timeout=300)
         assert job.returncode == 0, f"{kind}: {err.decode(errors='replace')[-2000:]}"

@@ -48,14 +48,17 @@ def iter_files(
         yield [p for batch in _read(log, on_error, on_busy, marks) for p in batch]
 
 
-def wall_order(point: Point) -> float:
-    """A point's place on the wall clock; a point with no usable time goes last."""
-    return point.wall_time if math.isfinite(point.wall_time) else math.inf
+def wall_order(point: Point) -> tuple[float, int]:
+    """A point's place on the wall clock; a point with no usable time goes last. Within
+    one stamp, by step: MLflow stamps in milliseconds, and two steps logged within one
+    keep their steps apart (a step is one moment), whichever file each value is in."""
+    wall = point.wall_time
+    return (wall if math.isfinite(wall) else math.inf, point.step)
 
 
-def _row_wall(row: Row) -> float:
+def _row_wall(row: Row) -> tuple[float, int]:
     wall = row[1]
-    return wall if math.isfinite(wall) else math.inf
+    return (wall if math.isfinite(wall) else math.inf, row[0])
 
 
 def merged_rows(parts: list[list[Row]]) -> list[Row]:

@@ -1,0 +1,256 @@
+"""One verdict for the same data: the live daemon, fed the files in random chunks and
+interleavings as jobs flush them, says what `replay` of the finished files says.
+
+One corpus, one live daemon, written by the real writers:
+- an lr ×100 jump that spikes the loss in the same step, logged through MLflow's
+  SQLite store, MLflow's file store (a file per metric), W&B offline, tensorboardX,
+  and torch's SummaryWriter with train/ and validation/ writers: each tracker orders
+  one step's tags its own way, and none may make `loss_spike` fire and resolve
+  "inhibited by lr_jump" at once where another says nothing;
+- a real Keras `fit` with the TensorBoard callback at update_freq=10 and the lr ×100
+  (bench/corpusgen's keras shape): epoch series at step = epoch beside batch series at
+  step = batch, whose validation loss must not be paired with the batch loss (no
+  `overfitting`, which the live daemon once paged on this run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.daemon_process import DaemonProcess
+from support.paths import REPO
+from support.trackers import write_all
+
+from trainsentry.sources.reading import iter_points
+
+# The corpus is written by real trackers and a real Keras fit: minutes on a busy machine.
+pytestmark = pytest.mark.timeout(600)
+
+STEPS, JUMP = 400, 305
+# Files a writer appends to: fed in chunks. Anything else (MLflow's meta.yaml, an
+# SQLite database, W&B's config) is copied whole before them, as a job writes it first.
+APPENDED = (".jsonl", ".csv", ".wandb")
+
+
+def appended(path: Path) -> bool:
+    return (
+        path.suffix in APPENDED
+        or "tfevents" in path.name
+        or (
+            path.parent.name == "train" and path.parent.parent.name == "metrics"
+        )  # MLflow's file store: metrics/train/loss
+    )
+
+
+def tensorboard_runs(base: Path) -> None:
+    """The trackers' series through tensorboardX (one file) and torch's SummaryWriter
+    (train/ and validation/ writers of one run, as Keras and Lightning lay them out)."""
+    from tensorboardX import SummaryWriter as TbxWriter
+    from torch.utils.tensorboard import SummaryWriter
+
+    sys.path.insert(0, str(REPO / "tests" / "support"))
+    from tracker_jobs import series
+
+    rows = series(STEPS, -1, 2, JUMP)
+    tbx = TbxWriter(str(base / "tbx"))
+    train = SummaryWriter(str(base / "torch_split" / "train"))
+    validation = SummaryWriter(str(base / "torch_split" / "validation"))
+    for step, values in enumerate(rows):
+        for tag, value in values.items():
+            tbx.add_scalar(tag, value, step)
+            train.add_scalar(tag.removeprefix("train/"), value, step)
+        if step % 50 == 49:
+            validation.add_scalar("loss", values["train/loss"] * 1.1, step)
+    for writer in (tbx, train, validation):
+        writer.close()
+
+
+def keras_run(base: Path) -> Path:
+    """A real Keras fit (torch backend) with the TensorBoard callback at update_freq=10 and
+    its lr ×100 from the middle of the run on (bench/corpusgen, the 'divergence' fault)."""
+    out = base / "keras"
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "corpus.py"),
+            "--shapes",
+            "--quick",
+            "--only",
+            "keras_batch10-divergence",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    return out / "frameworks" / "keras_batch10-divergence"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("written")
+    stores = write_all(base / "trackers", args=(str(STEPS), "-1", str(JUMP)))
+    tensorboard_runs(base / "tensorboard")
+    keras = keras_run(base / "made")
+    corpus = base / "corpus"
+    for kind, store in stores.items():
+        shutil.copytree(
+            store, corpus / kind, symlinks=True, ignore=shutil.ignore_patterns("expected.json")
+        )
+    shutil.copytree(base / "tensorboard", corpus / "tensorboard")
+    shutil.copytree(keras / "logs", corpus / "keras" / "logs")
+    return corpus
+
+
+def feed(corpus: Path, root: Path, seed: int) -> None:
+    """Copy `corpus` into `root` as jobs would write it: the files written whole first,
+    then the appended ones in random chunks, interleaved as writers running side by side
+    flush them (each file about as far along as the others, in random order)."""
+    rng = random.Random(seed)
+    files = sorted(p for p in corpus.rglob("*") if p.is_file() or p.is_symlink())
+    logs = [p for p in files if appended(p) and not p.is_symlink()]
+    # MLflow writes a run's meta.yaml (its status) as it starts and again as it ends
+    last = [p for p in files if p.name == "meta.yaml" and "metrics" not in p.parent.name]
+    for path in [p for p in files if p not in logs and p not in last]:
+        whole(path, root / path.relative_to(corpus))
+    left = {path: path.read_bytes() for path in logs}
+    size = {path: len(data) for path, data in left.items()}
+
+    def behind(path: Path) -> float:  # the writers run side by side, each flushing its own
+        return 1 - len(left[path]) / size[path] + rng.random() * 0.05
+
+    while left:
+        path = min(sorted(left), key=behind)
+        data = left[path]
+        cut = rng.randint(1, 4096)
+        target = root / path.relative_to(corpus)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("ab") as f:
+            f.write(data[:cut])
+        if cut >= len(data):
+            del left[path]
+        else:
+            left[path] = data[cut:]
+        if rng.random() < 0.2:
+            time.sleep(0.02)  # the daemon reads in between, whatever it finds
+    for path in last:
+        whole(path, root / path.relative_to(corpus))
+
+
+def whole(path: Path, target: Path) -> None:
+    """A file written at once (renamed into place), or a symlink (W&B's latest-run)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        os.symlink(os.readlink(path), target)
+        return
+    shutil.copyfile(path, target.with_name(target.name + ".part"))
+    os.replace(target.with_name(target.name + ".part"), target)
+
+
+Verdict = tuple[Any, ...]
+
+
+def verdicts(alerts: list[dict[str, Any]], strip: str = "") -> dict[str, list[Verdict]]:
+    """Each run's transitions, less the "run finished" a replay ends every run with."""
+    out: dict[str, list[Verdict]] = {}
+    for t in alerts:
+        if t.get("reason") == "run finished":
+            continue
+        run = t["run"].removeprefix(strip)
+        key = (t["rule"], t["metric"], t["state"], t["severity"], t["step"], t.get("reason"))
+        out.setdefault(run, []).append(key)
+    return out
+
+
+@pytest.fixture(scope="module")
+def live_and_replay(
+    corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, list[Verdict]], dict[str, list[Verdict]]]:
+    tmp = tmp_path_factory.mktemp("live")
+    root = tmp / "root"
+    root.mkdir()
+    alerts = tmp / "alerts.jsonl"
+    total = sum(1 for _ in iter_points([corpus]))
+    daemon = DaemonProcess(
+        str(root), "--state-dir", str(tmp / "state"), "--http", "off",
+        "--alerts-jsonl", str(alerts), "-vv",
+    )  # fmt: skip
+    try:
+        daemon.wait_for_text("watching")
+        feed(corpus, root, seed=20261204)
+        daemon.wait_until(lambda: len(daemon.points) >= total, what=f"all {total} points read")
+        time.sleep(1.0)  # nothing more is coming: the last record's verdicts are out
+    finally:
+        daemon.stop()
+    live = [json.loads(line) for line in alerts.read_text().splitlines()]
+    out = subprocess.run(
+        [sys.executable, "-m", "trainsentry", "replay", str(root), "--format", "jsonl"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    replayed = [json.loads(line) for line in out.splitlines()]
+    return verdicts(live), verdicts(replayed, strip="root/")
+
+
+def apart(verdicts: dict[str, list[Verdict]], file_store: bool) -> dict[str, list[Verdict]]:
+    return {run: v for run, v in verdicts.items() if run.startswith("mlflow-files/") == file_store}
+
+
+def test_the_live_daemon_fed_in_chunks_says_what_replay_says(
+    live_and_replay: tuple[dict[str, list[Verdict]], dict[str, list[Verdict]]],
+) -> None:
+    live, replayed = live_and_replay
+    assert len(apart(replayed, file_store=False)) >= 5, "replay judged too little"
+    assert apart(live, file_store=False) == apart(replayed, file_store=False)
+
+
+@pytest.mark.xfail(
+    reason="open (issue 32): in some interleavings of MLflow's file store (a file per "
+    "metric, meta.yaml rewritten at the end) the live daemon judges nothing on the "
+    "diverging run that replay pages",
+    strict=False,
+)
+def test_the_live_daemon_says_what_replay_says_of_mlflows_file_store(
+    live_and_replay: tuple[dict[str, list[Verdict]], dict[str, list[Verdict]]],
+) -> None:
+    live, replayed = live_and_replay
+    assert apart(live, file_store=True) == apart(replayed, file_store=True)
+
+
+def test_every_tracker_pages_the_jump_and_none_shows_the_inhibited_spike(
+    live_and_replay: tuple[dict[str, list[Verdict]], dict[str, list[Verdict]]],
+) -> None:
+    live, _ = live_and_replay
+    jumped = {run: v for run, v in live.items() if "healthy" not in run and "keras" not in run}
+    jumped = apart(jumped, file_store=False)  # the file store: see the xfail above
+    assert len(jumped) == 4, sorted(live)  # SQLite, W&B, tensorboardX, torch
+    for run, transitions in jumped.items():
+        firing = [(rule, step) for rule, _, state, _, step, _ in transitions if state == "firing"]
+        assert ("lr_jump", JUMP) in firing, (run, transitions)
+        assert all(rule != "loss_spike" for rule, _ in firing), (run, transitions)
+        assert all(reason != "inhibited by lr_jump" for *_, reason in transitions), run
+
+
+def test_keras_validation_loss_is_not_paired_with_the_batch_loss(
+    live_and_replay: tuple[dict[str, list[Verdict]], dict[str, list[Verdict]]],
+) -> None:
+    live, _ = live_and_replay
+    [keras] = [v for run, v in live.items() if "keras" in run]
+    rules = {rule for rule, *_ in keras}
+    assert "lr_jump" in rules or "loss_divergence" in rules, keras
+    assert not rules & {"overfitting", "overfitting_severe"}, keras
