@@ -138,7 +138,7 @@ def wandb_exit(directory: Path, steps: int, diverge_at: int) -> None:
 
     config = {"lr": 1e-3, "optimizer": "adamw", "model": {"depth": 4, "width": 256}}
     run = wandb.init(project="trackers", name="crashy", config=config)
-    for values in series(steps, diverge_at, 2, jump_at):
+    for values in series(steps, diverge_at, 2):
         wandb.log(values)
     run_dir = Path(run.dir).parent
     facts = {"run_dir": str(run_dir), "id": run.id, "name": run.name, "config": dict(run.config)}
