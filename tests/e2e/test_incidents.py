@@ -53,11 +53,11 @@ def test_a_runs_later_criticals_join_its_page_and_the_terminal_says_so(tmp_path:
 
 
 def test_a_warning_the_recovering_point_fires_is_the_incidents_update(tmp_path: Path) -> None:
-    """Logged every 50 steps: a loss ×10 for good pages loss_level_shift; back at ×2.5
-    its old level, the point that resolves the critical "recovered" fires
-    loss_level_raised (its 1000-step mean still ×3 the lowest). The run has not come
-    back, and the person paged for it hears that as the incident's update, with the
-    resolve, not as a notification of a new incident."""
+    """Logged every 50 steps: a loss ×10 for 5 points pages loss_level_shift; the point
+    back at its old level resolves the critical "recovered" and shows loss_level_raised
+    (its 1000-step mean still ×3 the lowest, held under the critical until then). The
+    person paged for it hears that as the incident's update, with the resolve, not as a
+    notification of a new incident."""
     run = tmp_path / "logs" / "exp"
     run.mkdir(parents=True)
     log = run / "metrics.jsonl"
@@ -70,11 +70,11 @@ def test_a_warning_the_recovering_point_fires_is_the_incidents_update(tmp_path: 
         "--group-interval", "3s", "--group-wait", "1s", merge_stderr=True,
     )  # fmt: skip
     try:
-        with log.open("a") as f:  # ×10 for 4 points: the page on the third (150 steps)
-            f.writelines(f'{{"step": {50 * i}, "loss": 1.0}}\n' for i in range(37, 41))
+        with log.open("a") as f:  # ×10 for 5 points: the page on the third (150 steps)
+            f.writelines(f'{{"step": {50 * i}, "loss": 1.0}}\n' for i in range(37, 42))
         assert receiver.wait_for(lambda reqs: len(reqs) >= 1, timeout=60)
         with log.open("a") as f:
-            f.writelines(f'{{"step": {50 * i}, "loss": 0.25}}\n' for i in range(41, 67))
+            f.writelines(f'{{"step": {50 * i}, "loss": 0.1}}\n' for i in range(42, 67))
         daemon.wait_for_text("joins the incident opened by loss_level_shift at step 1950")
         # the held resolve leaves a group interval on, with the update or after it
         told = "loss_level_shift resolved (recovered)"

@@ -151,9 +151,9 @@ def test_evidence_cites_the_files_real_line_across_skips_carriage_returns_rotati
             quoted = []
             for event, on_disk in follower.events:
                 assert 1 <= event.line <= len(on_disk), (event, on_disk)
-                assert event.lines[0] == clean(on_disk[event.line - 1]), (event, on_disk)
+                assert event.lines[0] == clean(on_disk[event.line - 1])[0], (event, on_disk)
                 quoted += event.lines
-            told = [clean(x) for x in lines if x.strip() and len(x) < LIMIT]
+            told = [clean(x)[0] for x in lines if x.strip() and len(x) < LIMIT]
             told = [x for x in told if x.strip()]  # a carriage-return run may redraw to nothing
             assert [x for x in quoted if x] == told  # every line once, in order
 
