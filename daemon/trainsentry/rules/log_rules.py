@@ -429,16 +429,37 @@ class LogEngine:
         said: str,
         out: list[Transition],
     ) -> None:
+        # its value: the steps since the last checkpoint
+        label = ("checkpoint_step", str(lag.saved_step))
+        at = (lag.step, lag.wall)
+        self._fire_job_alert(
+            run, rule, job.run, CHECKPOINTS_METRIC, lag.steps, label, at, said, out
+        )
+
+    def _fire_job_alert(
+        self,
+        run: _Run,
+        rule: m.Rule,
+        run_id: str,
+        metric: str,
+        value: int,
+        label: tuple[str, str],
+        at: tuple[int, float],
+        said: str,
+        out: list[Transition],
+    ) -> None:
+        """Fire a rule judged on a job's records, not on a matched line (its checkpoints,
+        its attempts): its value, one label of its own, its words, at `at`."""
         run.timed = None
         alert = run.alerts.get(rule.name)
         if alert is None:
-            alert = run.alerts[rule.name] = LogAlert(rule, job.run, metric=CHECKPOINTS_METRIC)
-        alert.first = alert.last = (lag.step, lag.wall)
-        alert.matches = lag.steps  # its value: the steps since the last checkpoint
-        alert.labels = {**dict(rule.labels), "checkpoint_step": str(lag.saved_step)}
+            alert = run.alerts[rule.name] = LogAlert(rule, run_id, metric=metric)
+        alert.first = alert.last = at
+        alert.matches = value
+        alert.labels = {**dict(rule.labels), label[0]: label[1]}
         alert.message = said
         alert.firing = True
-        out.append(self._transition(alert, "firing", lag.step, lag.wall, None))
+        out.append(self._transition(alert, "firing", at[0], at[1], None))
 
     def _since_checkpoint(self, run_id: str, wall: float) -> str:
         """A crash's page's words on the work since the job's last checkpoint; "" where the
@@ -460,15 +481,11 @@ class LogEngine:
                 continue
             if (spec.storm or spec.no_progress) and self._firing_in_job(restart.job, rule.name):
                 continue  # a storm is the job's: told once, on the attempt that began it
-            run.timed = None
-            if alert is None:
-                alert = run.alerts[rule.name] = LogAlert(rule, restart.run, metric=ATTEMPTS_METRIC)
-            alert.matches = restart.restarts
-            alert.first = alert.last = (restart.step, restart.wall)
-            alert.labels = {**dict(rule.labels), "attempt": str(len(restart.recent) - 1)}
-            alert.message = said
-            alert.firing = True
-            out.append(self._transition(alert, "firing", restart.step, restart.wall, None))
+            label = ("attempt", str(len(restart.recent) - 1))
+            at = (restart.step, restart.wall)
+            self._fire_job_alert(
+                run, rule, restart.run, ATTEMPTS_METRIC, restart.restarts, label, at, said, out
+            )
 
     def _firing_in_job(self, job: str, rule: str) -> bool:
         for name, other in self._runs.items():
