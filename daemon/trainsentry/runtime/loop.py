@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -31,14 +30,14 @@ from pathlib import Path
 from trainsentry.jobs.identity import rank_refused
 from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
+from trainsentry.runtime.run_merge import RunMerge
 from trainsentry.sources.access import AccessProblems
 from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
-from trainsentry.sources.reading import merged_rows
 from trainsentry.sources.survey import NO_FILES, nothing_readable
 from trainsentry.sources.tail import FileTail
-from trainsentry.state.db import StateDB
+from trainsentry.state.db import Checkpoint, StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
 from trainsentry.watching.kernel import (
@@ -70,7 +69,7 @@ SIGNAL_CHECK_SECONDS = 0.25
 # Bytes read from one file per cycle: a backfill proceeds in slices of a few
 # seconds of evaluation, so signals, heartbeats and other files get their turn.
 READ_BUDGET = 16 << 20
-# Logs whose rows are not gathered with their run's other files in a cycle (`_read`): a
+# Logs whose rows are not merged with their run's other files (run_merge.py): a
 # checkpoint root's rows are saves (judged apart, runtime/service.py), a text log's are
 # its ranks', a tracker's database holds many runs.
 _UNGATHERED = frozenset({"checkpoints", "text", "mlflow_db"})
@@ -95,6 +94,9 @@ MAX_RUNS = 10_000
 # crashing Python writes its whole chain in one burst of milliseconds, and a second
 # keeps a crash's page within a second or two of its last line.
 HOLD_SECONDS = 1.0
+# A due snapshot waits this long at most for held rows to be let go (`_settled`): runs
+# whose files are written out of step without pause would otherwise never allow one.
+SNAPSHOT_WAIT_SECONDS = 10.0
 # A cycle begins at most this long after the one before: the files changed meanwhile are
 # read in one cycle. A live fleet writes a file every millisecond or so, and every cycle
 # has a cost of its own (the event read, the per-cycle checks, the heartbeat); a tenth
@@ -193,6 +195,9 @@ class Daemon:
         self._unsaved: dict[str, Tail] = {}  # read since the last commit
         self._holding: dict[str, float] = {}  # text logs holding an event → when to let go
         self._due: dict[str, float] = {}  # logs to read again at a time, changed or not
+        self._merge = RunMerge()  # rows of a run's files, held until its other files catch up
+        self._ending: set[str] = set()  # runs whose process is gone: all they wrote is read
+        self._snapshot_waits: float | None = None  # since when a due snapshot waits on held rows
         self._next_commit = 0.0
         self._last_sweep = 0.0
         self._cycle_began = 0.0
@@ -224,6 +229,7 @@ class Daemon:
         if self._backfill_start is not None:  # stopped mid-backfill: say so, not "caught up"
             self._backfilled(None, 0, more=False, stopped=True)
         self._watcher.stop()
+        self._flush()  # the rows held are judged before the positions past them are saved
         self._save()
         self._snapshot()
         for tail in self._tails.values():
@@ -275,6 +281,8 @@ class Daemon:
                 wait = min(wait, max(0.0, min(self._holding.values()) - time.monotonic()))
             if self._due:  # a checkpoint that is settling is looked at again
                 wait = min(wait, max(0.0, min(self._due.values()) - time.monotonic()))
+            if self._merge.holding and (due := self._merge.due(time.monotonic())) is not None:
+                wait = min(wait, max(0.0, due - time.monotonic()))  # held rows' wait ends
             self._wait(wait)
             gap = self._cycle_began + BATCH_SECONDS - time.monotonic()
             if gap > 0 and not self.stopping:
@@ -476,8 +484,8 @@ class Daemon:
         Points go to the sinks file by file (not once per cycle) so a backfill
         of many large files never holds them all in memory, and `on_progress`
         can tell a heartbeat that a long cycle is working, not stuck. Only the
-        files of one run read in one cycle wait for each other, to be merged by
-        wall time as replay merges them (`merged_rows`).
+        rows of a run with several files may wait, for its other files to reach
+        their step (run_merge.py), so that they are judged as replay judges them.
         """
         delivered = 0
         gone: list[str] = []
@@ -490,15 +498,6 @@ class Daemon:
             order = sorted(keys, key=lambda k: (k not in self._relearners, k))
         else:  # nothing relearns (after the first minutes): no key function per file
             order = sorted(keys)
-        # A run's files read in this cycle are merged by wall time before they are judged,
-        # as replay merges them (Keras' train/ and validation/, MLflow's file per metric):
-        # each file's rows wait for the run's last file of the cycle (`_gathered`).
-        files_of: Counter[str] = Counter()
-        for key in order:
-            tail = self._tails.get(key)
-            if tail is not None and tail.log.kind not in _UNGATHERED:
-                files_of[tail.log.run] += 1
-        gathered: dict[str, list[list[Row]]] = {}
         for i, key in enumerate(order):
             if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
                 again.update(order[i:])
@@ -507,6 +506,9 @@ class Daemon:
             if tail is None:
                 continue
             relinked = key in self._relinked
+            run = tail.log.run
+            merged = tail.log.kind not in _UNGATHERED and self._files_of.get(run, 1) > 1
+            before = tail.position() if merged and not tail.relearning else None
             got = tail.read(READ_BUDGET, same_file=not relinked)
             if relinked:
                 self._relinked.discard(key)
@@ -535,24 +537,26 @@ class Daemon:
             points = 0
             if got.others:  # a store's runs: each is a run for --shard and the run limit
                 got.others = [(r, rows) for r, rows in got.others if self._store_run(r)]
+            own: list[Row] = []
             if got.rows or got.others:
                 batches = got.batches()
                 points = sum(len(r[3]) for _, rows in batches for r in rows)
                 log.info("read %d points from %s", points, key)
                 delivered += points
                 self.stats.points += points
-                for run, rows in batches:
-                    if run == tail.log.run and files_of[run] > 1:
-                        gathered.setdefault(run, []).append(rows)
-                        continue
-                    self._hand_on(run, rows)
-            run = tail.log.run
-            if tail.log.kind not in _UNGATHERED:
-                files_of[run] -= 1
-            if run in gathered and (
-                files_of[run] <= 0 or got.events or got.marks or got.ends or got.traces
-            ):  # the run's rows read so far before what may end it, as replay judges them
-                self._hand_on(run, merged_rows(gathered.pop(run)))
+                for of, rows in batches:
+                    if merged and of == run:
+                        own.extend(rows)
+                    else:
+                        self._hand_on(of, rows)
+            if merged:
+                now = time.monotonic()
+                self._hand_on(run, self._merge.add(run, key, own, now=now, more=got.more,
+                                                   before=before))  # fmt: skip
+            if got.marks:  # the probe's records of its run's end come after its rows
+                self._flush(run)
+            for end in got.ends:  # a tracker's final status: the run's rows come before it
+                self._flush(end.run)
             if got.events and self._on_events is not None:
                 self._on_events(got.run, got.events)
             if (got.traces or got.ends) and self._on_report is not None:
@@ -578,8 +582,11 @@ class Daemon:
                 self.on_progress()
             if self._backfill_start is not None:
                 self._backfilled(key, points, more=got.more)
-        for run, parts in gathered.items():  # a stop cut the cycle short
-            self._hand_on(run, merged_rows(parts))
+        for run in self._ending:  # its process is gone: what it wrote is all read now
+            self._flush(run)
+        self._ending.clear()
+        for run, rows in self._merge.release(time.monotonic()) if self._merge.holding else ():
+            self._hand_on(run, rows)
         self._pending = again
         if self._holding:
             self._let_go()
@@ -593,13 +600,42 @@ class Daemon:
             self._backfilled(None, 0, more=False)
         if self._on_cycle is not None:
             self._on_cycle()
-        if self.restart is not None and self.restart.due:
+        if self.restart is not None and self.restart.due and self._settled():
             self._snapshot()
         return delivered
 
     def _hand_on(self, run: str, rows: list[Row]) -> None:
+        if not rows:
+            return
         for sink in self.sinks:
             sink(run, rows)
+
+    def _flush(self, run: str | None = None) -> None:
+        """Hand on the rows held of `run` (of every run): nothing more will join them."""
+        for of, rows in self._merge.flush(run):
+            self._hand_on(of, rows)
+
+    def _settled(self) -> bool:
+        """Whether a snapshot may be taken now: the memory it saves must have seen every
+        row before the read positions it saves, so it waits while rows are held, at most
+        SNAPSHOT_WAIT_SECONDS (runs whose files never all stop at once), then lets them go."""
+        if not self._merge.holding:
+            self._snapshot_waits = None
+            return True
+        now = time.monotonic()
+        if self._snapshot_waits is None:
+            self._snapshot_waits = now
+        if now - self._snapshot_waits < SNAPSHOT_WAIT_SECONDS:
+            return False
+        self._flush()
+        self._snapshot_waits = None
+        return True
+
+    def _checkpoint(self, key: str, tail: Tail) -> Checkpoint:
+        """Where reading of `key` is committed: before its first row still held."""
+        if not tail.relearning and (safe := self._merge.safe(key, tail.log.run)) is not None:
+            return safe
+        return tail.checkpoint()
 
     def _let_go(self) -> None:
         """Hand on the held events of text logs quiet for HOLD_SECONDS: a crash's last
@@ -648,8 +684,11 @@ class Daemon:
     def _release(self, keys: list[str]) -> None:
         """Forget deleted files; a run with no file left is released downstream."""
         runs = {r for k in keys for r in self._tails[k].runs}
+        for run in runs:  # what a deleted file's run has held is judged before it goes
+            self._flush(run)
         for k in keys:
             run = self._tails[k].log.run
+            self._merge.forget(run, k)
             left = self._files_of.get(run, 1) - 1
             if left:
                 self._files_of[run] = left
@@ -677,6 +716,7 @@ class Daemon:
         """Read the run's files in the next cycle, changed or not, and begin it now: what
         a process wrote just before it exited may not have been read yet (processes.py)."""
         self._pending.update(k for k, t in self._tails.items() if run in t.runs)
+        self._ending.add(run)
         self._woken = True
 
     def run_files(self, run: str) -> list[Path]:
@@ -703,7 +743,7 @@ class Daemon:
 
     def _save(self) -> None:
         self._unsaved.clear()
-        self.state.save_offsets(t.checkpoint() for t in self._tails.values())
+        self.state.save_offsets(self._checkpoint(k, t) for k, t in self._tails.items())
 
     def commit_soon(self) -> None:
         """Commit at the end of this cycle, not at the next interval: called when alert
@@ -715,7 +755,10 @@ class Daemon:
         self._next_commit = time.monotonic() + COMMIT_SECONDS
         if self._unsaved:
             unsaved, self._unsaved = self._unsaved, {}
-            self.state.save_offsets(t.checkpoint() for t in unsaved.values())
+            self.state.save_offsets(self._checkpoint(k, t) for k, t in unsaved.items())
+            for key, tail in unsaved.items():  # committed short of its held rows: again later
+                if self._merge.safe(key, tail.log.run) is not None:
+                    self._unsaved[key] = tail
 
     def _snapshot(self) -> None:
         """Save the memory with each file's read position, at a cycle's end (consistent)."""

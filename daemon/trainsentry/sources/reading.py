@@ -48,26 +48,13 @@ def iter_files(
         yield [p for batch in _read(log, on_error, on_busy, marks) for p in batch]
 
 
-def wall_order(point: Point) -> tuple[float, int]:
-    """A point's place on the wall clock; a point with no usable time goes last. Within
-    one stamp, by step: MLflow stamps in milliseconds, and two steps logged within one
-    keep their steps apart (a step is one moment), whichever file each value is in."""
+def wall_order(point: Point | Row) -> tuple[float, int]:
+    """A point's or row's place on the wall clock; one with no usable time goes last.
+    Within one stamp, by step: MLflow stamps in milliseconds, and two steps logged
+    within one keep their steps apart (a step is one moment), whichever file each value
+    is in. The live loop merges a run's files in this order too (runtime/run_merge.py)."""
     wall = point.wall_time
     return (wall if math.isfinite(wall) else math.inf, point.step)
-
-
-def _row_wall(row: Row) -> tuple[float, int]:
-    wall = row[1]
-    return (wall if math.isfinite(wall) else math.inf, row[0])
-
-
-def merged_rows(parts: list[list[Row]]) -> list[Row]:
-    """One run's rows from several of its files, in the order `iter_points` gives a
-    replay: merged by wall time, each file in its own order, ties to the earlier file.
-    The live loop merges what it read of a run's files in one cycle so."""
-    if len(parts) == 1:
-        return parts[0]
-    return list(heapq.merge(*parts, key=_row_wall))
 
 
 def iter_points(
