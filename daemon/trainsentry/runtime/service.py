@@ -393,7 +393,18 @@ class Service:
             else r
             for r in runs
         ]
-        return [self._in_job(r) for r in runs]
+        saves = self.daemon.checkpoints()
+        return [self._restarts(self._in_job(r), saves) for r in runs]
+
+    def _restarts(self, status: RunStatus, saves: dict[str, tuple[int, float, str]]) -> RunStatus:
+        """The run with its job's attempts and last good checkpoint (the checkpoint run's
+        the rules hold its records against: rules/checkpoints.py)."""
+        attempts = self.log_engine.attempts.of(status.run)
+        job = self.log_engine.checkpoints.related(status.run) if saves else None
+        saved = saves.get(job.run) if job is not None else saves.get(status.run)
+        if attempts is None and saved is None:
+            return status
+        return replace(status, attempts=attempts, checkpoint=saved)
 
     def _in_job(self, status: RunStatus) -> RunStatus:
         """The run with its job, and for a rank what the fleet compares (store/ranks.py)."""

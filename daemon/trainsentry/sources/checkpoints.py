@@ -159,8 +159,9 @@ class CheckpointTail:
         self._dev = self._ino = 0
         self._told: dict[str, str] = {}  # entry name → how it was told (kept while it exists)
         self._count = 0  # entries ever told: the offset a restart compares
-        # (step, bytes, completion) of the newest complete checkpoint
+        # (step, bytes, completion) of the newest complete checkpoint, and its name
         self._newest: tuple[int, int, float] | None = None
+        self._newest_name = ""
         # entry name → (what it looked like, when it first looked so, monotonic)
         self._steady: dict[str, tuple[tuple[int, int, int], float]] = {}
         # entry name → (not looked into again before, judged again at), monotonic
@@ -175,6 +176,7 @@ class CheckpointTail:
             self._dev, self._ino = checkpoint.dev, checkpoint.ino
             newest = state.get("newest")
             self._newest = (int(newest[0]), int(newest[1]), float(newest[2])) if newest else None
+            self._newest_name = str(state.get("newest_name", ""))
             if relearn_from is not None:
                 seen = relearn_from.decoder_state.get("told", {})
                 told = {n for n, how in self._told.items() if how in (COMPLETE, PARTIAL)}
@@ -191,6 +193,14 @@ class CheckpointTail:
     @property
     def relearning(self) -> bool:
         return bool(self._relearn)
+
+    def newest(self) -> tuple[int, float, str] | None:
+        """The newest complete checkpoint told (step, completion, path): the last good one
+        a restart would resume from, as `status` shows it."""
+        if self._newest is None:
+            return None
+        step, _, wall = self._newest
+        return step, wall, os.path.join(self.path, self._newest_name)
 
     # -- reading ----------------------------------------------------------------
 
@@ -252,6 +262,7 @@ class CheckpointTail:
                 )
                 if self._newest is None or step >= self._newest[0]:
                     self._newest = (step, look.bytes, look.newest / 1e9)
+                    self._newest_name = name
             elif how == PARTIAL:
                 rows.append(
                     (step, _new(Row, (step, look.newest / 1e9, PARTIAL_TAGS, (1.0,))), relearned)
@@ -448,6 +459,7 @@ class CheckpointTail:
         state: dict[str, object] = {"told": dict(self._told)}
         if self._newest is not None:
             state["newest"] = list(self._newest)
+            state["newest_name"] = self._newest_name
         return Checkpoint(
             path=self.path, dev=self._dev, ino=self._ino, fingerprint=b"", offset=self._count,
             decoder_state=state,

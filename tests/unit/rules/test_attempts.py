@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 from trainsentry.alert import Transition
-from trainsentry.point import Row
+from trainsentry.point import Row, TextEvent
 from trainsentry.rules.loader import load_rules
 from trainsentry.rules.log_rules import LogEngine
 
@@ -13,6 +13,9 @@ T0 = 1_800_000_000.0
 
 
 LOSS = ("loss",)
+REQUEUE = (
+    "slurmstepd: error: *** JOB 42 ON n7 CANCELLED AT 2026-01-01T00:00:00 DUE TO JOB REQUEUE ***"
+)
 
 
 def fed(engine: LogEngine, run: str, steps: range, start: float) -> list[Transition]:
@@ -99,3 +102,32 @@ def test_a_runs_series_read_one_file_after_another_are_no_restart() -> None:
         "store/exp1/run-1", (Row(s, T0 + 900 + s, LOSS, (1.0,)) for s in range(400, 450))
     )
     assert fired(out) == [("job_restarted", "store/exp1/run-1")]
+
+
+def test_status_counts_a_jobs_attempts_and_the_one_each_run_is_in() -> None:
+    """torchrun's attempt_0, attempt_2 (attempt_1 died in its rendezvous, unseen) of one job."""
+    engine = LogEngine(load_rules())
+    fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
+    assert engine.attempts.of("j_abcdefgh/attempt_0/0") == (1, 1)
+    fed(engine, "j_abcdefgh/attempt_2/0", range(20, 40), T0 + 300)
+    assert engine.attempts.of("j_abcdefgh/attempt_2/0") == (3, 3)
+    assert engine.attempts.of("j_abcdefgh/attempt_0/0") == (3, 1)
+    assert engine.attempts.of("never/logged") is None
+
+
+def test_a_requeue_line_makes_the_next_record_another_attempt_past_the_last_words() -> None:
+    """Slurm requeued the job right after its save at step 200: the attempt after resumes
+    at the step it had logged last, which no rewind shows; the records the attempt wrote
+    in Slurm's KillWait after the line are its own."""
+    engine = LogEngine(load_rules())
+    out = fed(engine, "slurm", range(0, 201), T0)
+    line = TextEvent("slurm-42.out", 1, T0 + 200, (REQUEUE,), run="slurm")
+    out += engine.feed([line])
+    out += fed(engine, "slurm", range(200, 203), T0 + 205)  # its SIGTERM handler's records
+    assert fired(out) == [("slurm_requeued", "slurm")]
+    assert engine.attempts.of("slurm") == (1, 1)
+    out += fed(engine, "slurm", range(202, 260), T0 + 400)
+    assert engine.attempts.of("slurm") == (2, 2)
+    [restart] = [t for t in out if t.rule == "job_restarted"]
+    assert "attempt 2 resumed at step 202" in restart.message
+    assert "ended: requeued by Slurm (job 42)" in restart.message

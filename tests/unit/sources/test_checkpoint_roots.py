@@ -413,6 +413,24 @@ def test_a_restarted_tail_tells_nothing_twice_and_relearns_what_the_state_lacks(
     assert not relearning.relearning
 
 
+def test_the_newest_complete_checkpoint_is_the_last_good_one_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """What `status` shows: the newest complete checkpoint, not a partial one after it."""
+    root = tmp_path / "out"
+    hf(root, 10)
+    hf(root, 20)
+    hf(root, 30, state=False)  # a save that died before its last file, long ago
+    first = tail_at(root)
+    assert first.newest() is None
+    first.read()
+    step, wall, path = first.newest() or (0, 0.0, "")
+    assert (step, path) == (20, str(root / "checkpoint-20"))
+    assert wall == pytest.approx(HOUR_AGO)
+    resumed = follow(Root.watched(tmp_path).checkpoints(root), first.checkpoint())
+    assert isinstance(resumed, ck.CheckpointTail) and resumed.newest() == first.newest()
+
+
 def test_rotated_checkpoints_are_forgotten_and_new_ones_told(tmp_path: Path) -> None:
     root = tmp_path / "out"
     old = hf(root, 10)
