@@ -99,6 +99,9 @@ def test_status_shows_a_jobs_attempts_and_its_last_good_checkpoint(tmp_path: Pat
     assert "job: last good checkpoint step 50, " in status and f"ago: {saved}\n" in status
     restarted = find(out, run="job", rule="job_restarted")
     assert restarted is not None
+    # the run written again after its requeue ended its life: its restart still stands
+    assert find(out, run="job", rule="slurm_requeued", state="resolved") is not None
+    assert find(out, run="job", rule="job_restarted", state="resolved") is None
     assert (
         "attempt 2 resumed at step 21; the attempt before got to step 25" in (restarted["message"])
     )
