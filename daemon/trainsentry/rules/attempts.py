@@ -47,6 +47,16 @@ MAX_ATTEMPTS = 64
 # then, so its records within this span after the line are its last words, not the next
 # attempt (which Slurm schedules only once this one is gone).
 LAST_WORDS_SECONDS = 30.0
+# An attempt that ends this soon after its first step died young: a healthy attempt runs
+# for hours until a preemption or a planned stop, and one that fails within 10 minutes of
+# starting fails in its set-up or first steps (a GPU's Xid, NCCL's init, a full local
+# disk), where a node's fault shows.
+YOUNG_SECONDS = 600.0
+# A node is named once this many of the job's recent attempts on it died young: one is a
+# flake any node may have; two on the same node, with the job moved elsewhere meanwhile or
+# not, is the node to drain first.
+YOUNG_ON_NODE = 2
+MAX_NODE_CHARS = 256  # a host name (RFC 1035: 253); a longer one is cut
 MAX_CLOSED = 65_536  # runs waiting for their next attempt (a fleet's, requeued at once)
 MAX_SHAPES = 256  # record shapes a run's steps are followed by (a new one per line: bounded)
 # A relaunch begins after the attempt before it went quiet: torchrun's agent takes 7-13 s
@@ -71,6 +81,12 @@ class Attempt:
     # logged (a rendezvous that failed, a crash in the first step): inferred, not seen
     logged: bool = True
     number: int = 1  # its place among the job's attempts, from 1 (`status` shows it)
+    node: str = ""  # the host it ran on, where a line or the probe named it
+
+    @property
+    def young(self) -> bool:
+        """It ended soon after it began (judged once another began after it)."""
+        return self.logged and self.last_wall - self.first_wall < YOUNG_SECONDS
 
 
 @dataclass(slots=True)
@@ -132,6 +148,7 @@ class Attempts:
         # run → when a line said its attempt ended: its next record after the grace begins
         # another attempt (boundary)
         self._closed: dict[str, float] = {}
+        self._node_of: dict[str, str] = {}  # run → the host its latest process started on
 
     def saw(self, run: str, step: int, wall: float, shape: object = None) -> Restart | None:
         """A run's record (of `shape`: its tags): the restart it begins, if it begins one."""
@@ -186,6 +203,7 @@ class Attempts:
         if before is not None and member.attempt is not None and before.key[0] == key[0]:
             before = self._unseen(job, before, key, member.attempt, wall)
         attempt = Attempt(key, run, step, wall, step, wall, step)
+        attempt.node = self._node_of.get(run, "")
         self._current[run] = attempt
         job.add(attempt)
         if len(job.attempts) > MAX_ATTEMPTS:
@@ -246,6 +264,23 @@ class Attempts:
         if run in self._closed or len(self._closed) < MAX_CLOSED:
             self._closed[run] = wall
 
+    def starts_on(self, run: str, node: str) -> None:
+        """The run's process started on `node` (the probe's meta record names its host): its
+        attempt, and the attempts it begins after, ran there unless a line says otherwise."""
+        node = node[:MAX_NODE_CHARS]
+        if run in self._node_of or len(self._node_of) < MAX_CLOSED:
+            self._node_of[run] = node
+        current = self._current.get(run)
+        if current is not None and not current.node:
+            current.node = node
+
+    def ran_on(self, run: str, node: str) -> None:
+        """A line of the run's attempt names the node it runs on (Slurm's `*** JOB 123 ON
+        node07 CANCELLED ...`): that attempt's node."""
+        current = self._current.get(run)
+        if current is not None:
+            current.node = node[:MAX_NODE_CHARS]
+
     def of(self, run: str) -> tuple[int, int] | None:
         """(attempts the run's job began, the number of the one the run's points are in),
         as `status` shows them; None for a run with no point yet."""
@@ -259,6 +294,7 @@ class Attempts:
         self._current.pop(run, None)
         self._last.pop(run, None)
         self._closed.pop(run, None)
+        self._node_of.pop(run, None)
 
 
 def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
@@ -272,6 +308,7 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
         + (f" and ended: {before.cause}" if before.cause else "")
         + f"; {restart.lost_steps()} steps and {duration(restart.lost_seconds())} of work lost"
     )
+    said += young_on_nodes(restart.recent[:-1])
     restarts = restart.recent[1:]  # the first attempt is no restart
     if spec.storm is not None and spec.within is not None:
         window = [a for a in restarts if attempt.first_wall - a.first_wall <= spec.within]
@@ -289,6 +326,24 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
             f" {last[0].first_step} or before: no checkpoint advanced between them"
         )
     return True, said
+
+
+def young_on_nodes(ended: list[Attempt]) -> str:
+    """The nodes where YOUNG_ON_NODE or more of the job's ended attempts died young, as a
+    restart's message says them; "" for none."""
+    on: dict[str, list[Attempt]] = {}
+    for attempt in ended:
+        if attempt.node:
+            on.setdefault(attempt.node, []).append(attempt)
+    said = ""
+    for node, attempts in sorted(on.items(), key=lambda n: -sum(a.young for a in n[1])):
+        young = sum(a.young for a in attempts)
+        if young >= YOUNG_ON_NODE:
+            said += (
+                f"; attempts on node {node} keep dying young: {young} of its {len(attempts)}"
+                f" ended within {duration(YOUNG_SECONDS)} of their start"
+            )
+    return said
 
 
 def duration(seconds: float) -> str:

@@ -522,6 +522,8 @@ class LogEngine:
         alert.telling = telling(event, line_of(match))
         alert.message = self._render(alert, rule, event, match.group(0), step, groups)
         cond: m.Pattern = rule.condition  # type: ignore[assignment]
+        if "node" in groups:  # the node the run's attempt runs on (attempts.py)
+            self.attempts.ran_on(event.run, groups["node"])
         if cond.new_attempt:  # every time it is said, firing or not (attempts.py)
             self.attempts.boundary(event.run, _cause(cond.cause, groups, alert.telling[0]), wall)
         if alert.firing or not _reached(rule.for_, alert.first, alert.last, alert.matches):
@@ -571,6 +573,8 @@ class LogEngine:
                 # the probe says more than a writer found in /proc: its end record
                 run.processes = {k: p for k, p in run.processes.items() if p.by == PROBE}
                 run.processes[mark.path] = RunProcess.of(mark)
+                if mark.host:
+                    self.attempts.starts_on(mark.run, mark.host)
                 continue
             process = run.processes.get(mark.path)
             if process is not None:
