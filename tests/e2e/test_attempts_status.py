@@ -46,9 +46,9 @@ def attempt(rundir: Path, until: int, *end: str) -> int:
         ).returncode  # fmt: skip
 
 
-def job_of(address: str) -> dict[str, Any]:
+def job_of(address: str, run: str = "job") -> dict[str, Any]:
     with urlopen(f"http://{address}/api/runs", timeout=10) as answer:
-        return next((r for r in json.load(answer)["runs"] if r["run"] == "job"), {})
+        return next((r for r in json.load(answer)["runs"] if r["run"] == run), {})
 
 
 @pytest.mark.timeout(300)  # three short attempts and Slurm's 30 s of last words
@@ -105,3 +105,35 @@ def test_status_shows_a_jobs_attempts_and_its_last_good_checkpoint(tmp_path: Pat
     assert (
         "attempt 2 resumed at step 21; the attempt before got to step 25" in (restarted["message"])
     )
+
+
+def test_checkpoints_named_as_the_config_says_are_a_jobs_last_good_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """`checkpoint_names` in the daemon's config: a job's own `weights-<step>.bin`."""
+    logs, address = tmp_path / "logs", f"127.0.0.1:{free_port()}"
+    config = tmp_path / "trainsentry.yaml"
+    config.write_text('checkpoint_names: ["weights-{step}.bin"]\n')
+    rundir = logs / "custom"
+    rundir.mkdir(parents=True)
+    daemon = DaemonProcess(
+        str(logs), "--config", str(config), "--state-dir", str(tmp_path / "state"),
+        "--http", address, merge_stderr=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_for_text("caught up")
+        saved = time.time() - 3600  # long settled
+        for step in (10, 20):
+            (rundir / f"weights-{step}.bin").write_bytes(b"w" * 100)
+            os.utime(rundir / f"weights-{step}.bin", (saved + step, saved + step))
+        lines = (json.dumps({"step": s, "time": time.time(), "loss": 1.0}) for s in range(25))
+        (rundir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        wait_until(
+            lambda: (job_of(address, "custom").get("checkpoint") or {}).get("step") == 20,
+            "the job's own checkpoint names read",
+        )
+        found = job_of(address, "custom")["checkpoint"]
+    finally:
+        daemon.stop()
+    assert found["path"] == str(rundir / "weights-20.bin")
+    assert found["wall_time"] == pytest.approx(saved + 20)

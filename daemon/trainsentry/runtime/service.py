@@ -38,6 +38,7 @@ from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 from trainsentry.runtime.writers import WriterWatch
 from trainsentry.sources import names
+from trainsentry.sources.checkpoint_files import use_names
 from trainsentry.state.damage import StateUnusable, set_aside_if_damaged
 from trainsentry.state.dir_lock import DirLock, LockError, StateDirInUse
 from trainsentry.state.disk_full import HeldState, WriteTrouble
@@ -86,6 +87,7 @@ class Service:
     ) -> None:
         """`reread`: the config a SIGHUP loads (default: the file again, as it is)."""
         self.config = config
+        use_names(config.checkpoint_names)  # what is a checkpoint, before any root is read
         self._reread = reread or (
             (lambda: load_config(config.source)) if config.source else (lambda: config)
         )

@@ -63,6 +63,7 @@ from trainsentry.sources.checkpoint_files import (
     BadStep,
     checkpoint_file,
     folder_by_name,
+    framework_folder,
     marker,
     named_step,
     pointer,
@@ -116,9 +117,10 @@ COMPLETE_TAGS = (STEP_TAG, BYTES_TAG, FILES_TAG, PARTIAL_TAG)
 PARTIAL_TAGS = (PARTIAL_TAG,)
 ROOM_TAGS = (FREE_TAG, ROOM_TAG)
 
-# what an entry is, by its name: how its completeness is judged
-FILE, HF, DEEPSPEED, MEGATRON, FLAX, STAGED, NAMED = (
-    "file", "hf", "deepspeed", "megatron", "flax", "staged", "named",
+# what an entry is, by its name: how its completeness is judged (CONFIGURED: a folder of
+# a name the config gives, `checkpoint_names`)
+FILE, HF, DEEPSPEED, MEGATRON, FLAX, STAGED, NAMED, CONFIGURED = (
+    "file", "hf", "deepspeed", "megatron", "flax", "staged", "named", "configured",
 )  # fmt: skip
 _KIND_BY_PREFIX = (
     ("checkpoint-", HF),
@@ -488,6 +490,8 @@ def _entry(entry: os.DirEntry[str]) -> tuple[str, str] | None:
     if digits is not None:
         if staged(name):
             return digits, STAGED
+        if not framework_folder(name):
+            return digits, CONFIGURED
         kind = next(k for prefix, k in _KIND_BY_PREFIX if name.startswith(prefix))
         return digits, kind
     digits = named_step(name)
@@ -505,7 +509,7 @@ def _marked(
     names it), MISSING where it lacks that yet, UNMARKED where its framework writes no
     such thing (its files settling is all there is); None for a folder named with a step
     that holds no checkpoint's files at all (not a checkpoint, or not one yet)."""
-    if kind in (FILE, FLAX):
+    if kind in (FILE, FLAX, CONFIGURED):
         return UNMARKED
     if kind == STAGED:
         return MISSING
