@@ -238,8 +238,9 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
 
 
 def test_api_runs_and_status_say_a_jobs_attempts_and_its_last_good_checkpoint(
-    view: FakeView,
+    view: FakeView, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    terminal_env(monkeypatch)
     saved = (500, NOW - 720, "/ckpt/out/checkpoint-500")
     view.snap = replace(
         SNAPSHOT,
@@ -263,6 +264,11 @@ def test_api_runs_and_status_say_a_jobs_attempts_and_its_last_good_checkpoint(
     assert job["attempts"] == {"count": 3, "current": 3}
     assert job["checkpoint"]["path"] == "/ckpt/out/checkpoint-500"
     lines = render_status(runs, alerts).splitlines()
+    out = TtyBuffer()
+    console.print_status(console.console_for(out), *loaded(runs, alerts))
+    on_terminal = plain(out.getvalue())
+    assert "out/runs/may01 [attempt 3 of 3]" in on_terminal
+    assert "out: last good checkpoint step 500, 12m ago: /ckpt/out/checkpoint-500" in on_terminal
     assert any(line.startswith("out/runs/may01 [attempt 3 of 3] ") for line in lines)
     assert any(line.startswith("once ") for line in lines)  # one attempt is none to say
     assert "out: last good checkpoint step 500, 12m ago: /ckpt/out/checkpoint-500" in lines
