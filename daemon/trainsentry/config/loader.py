@@ -305,6 +305,7 @@ def load_config(path: str | Path | None, *, environ: Mapping[str, str] | None = 
         shard=spec.shard,
         link_template=spec.link_template,
         node=spec.node,
+        checkpoint_names=tuple(spec.checkpoint_names),
         http=_http(spec, reader, data),
         routes=_routes(spec, reader),
         group_wait=spec.notify.group_wait,

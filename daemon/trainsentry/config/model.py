@@ -66,6 +66,9 @@ class Config:
     # the node ranks are labelled with on /metrics; None: the host the probe's meta record
     # names, else this host's name
     node: str | None = None
+    # checkpoint names beside the frameworks' own, `{step}` where the step is
+    # (sources/checkpoint_files.py)
+    checkpoint_names: tuple[str, ...] = ()
     http: HttpSettings = field(default_factory=HttpSettings)
     routes: tuple[Route, ...] = field(default=(), repr=False)  # apprise and Alertmanager
     group_wait: float = GROUP_WAIT_SECONDS

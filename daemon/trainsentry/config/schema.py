@@ -35,6 +35,7 @@ from trainsentry.alerts.route import ALERTMANAGER_RESEND_SECONDS
 from trainsentry.http_api.address import DEFAULT_HOST, DEFAULT_PORT
 from trainsentry.rules.model import Span
 from trainsentry.rules.schema import Strict
+from trainsentry.sources.checkpoint_files import MAX_NAMES, BadName, name_regex
 from trainsentry.sources.shard import ALL, Shard, ShardError, parse_shard
 
 DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT = DEFAULT_HOST, DEFAULT_PORT
@@ -330,10 +331,27 @@ class ConfigSpec(Strict):
     # the node this daemon runs beside, as /metrics labels the ranks it follows (a fleet's
     # Prometheus tells nodes apart by it); None: the host the probe names, else this host
     node: str | None = None
+    # names of checkpoints beside the frameworks' own (sources/checkpoint_files.py):
+    # `weights-{step}.bin`, `snapshot_*_{step}`
+    checkpoint_names: Annotated[list[str], BeforeValidator(_empty_list)] = Field(
+        default_factory=list, max_length=MAX_NAMES
+    )
     http: Annotated[HttpSpec, BeforeValidator(_http_shorthand)] = Field(default_factory=HttpSpec)
     notify: Annotated[NotifySpec, BeforeValidator(_empty_mapping)] = Field(
         default_factory=NotifySpec
     )
+
+    @field_validator("checkpoint_names")
+    @classmethod
+    def _step_in_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            try:
+                name_regex(name)
+            except BadName as exc:
+                raise ValueError(
+                    f"expected a checkpoint's name with `{{step}}` in it: {exc}"
+                ) from None
+        return names
 
     @field_validator("node")
     @classmethod

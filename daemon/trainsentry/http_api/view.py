@@ -54,6 +54,11 @@ class RunStatus:
     # the process whose end would end it, on the daemon's host (rules/run_life.py said):
     # {"by": "probe" | "writer", "pid", "host", and a writer's "command" and "file"}
     watched: Mapping[str, object] = field(default_factory=dict)
+    # its job's attempts across restarts (rules/attempts.py): (begun, the one it is in now)
+    attempts: tuple[int, int] | None = None
+    # its job's last good checkpoint, complete and not partial (sources/checkpoints.py):
+    # (step, completion wall time, path)
+    checkpoint: tuple[int, float, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +255,11 @@ def _finite(value: float) -> float | None:
 
 def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     """`{"now", "runs": [{run, last_step, last_wall_time, age_seconds, series, firing, state,
-    cause, trace, watched, and `unreadable`: [{path, reason}] where a file of it cannot be
-    read}], "nothing_readable": [a line per watched path that holds no log read],
-    "unreadable": [{path, run, reason}]}`. A run known only by a file that cannot be
-    read (a store of random bytes) is listed, its state `unreadable` and its cause why."""
+    cause, trace, watched, attempts: {count, current}, checkpoint: {step, path, wall_time,
+    age_seconds}, and `unreadable`: [{path, reason}] where a file of it cannot be read}],
+    "nothing_readable": [a line per watched path that holds no log read], "unreadable":
+    [{path, run, reason}]}`. A run known only by a file that cannot be read (a store of
+    random bytes) is listed, its state `unreadable` and its cause why."""
     firing: dict[str, list[dict[str, str]]] = {}
     for t in sorted(snapshot.alerts, key=lambda t: (t.severity != "critical", t.rule, t.metric)):
         firing.setdefault(t.run, []).append(
@@ -271,6 +277,8 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
             "cause": r.cause,
             "trace": {name: dict(entries) for name, entries in r.trace.items()},
             "watched": dict(r.watched) or None,
+            "attempts": _attempts(r.attempts),
+            "checkpoint": _checkpoint(now, r.checkpoint),
             **_job_keys(r),
         }
         for r in sorted(snapshot.runs, key=lambda r: r.run)
@@ -310,6 +318,17 @@ def runs_document(snapshot: DaemonSnapshot, now: float) -> dict[str, Any]:
     }
 
 
+def _attempts(attempts: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if attempts is None else {"count": attempts[0], "current": attempts[1]}
+
+
+def _checkpoint(now: float, saved: tuple[int, float, str] | None) -> dict[str, Any] | None:
+    if saved is None:
+        return None
+    step, wall, path = saved
+    return {"step": step, "path": path, "wall_time": _finite(wall), "age_seconds": _age(now, wall)}
+
+
 def _job_keys(r: RunStatus) -> dict[str, Any]:
     out: dict[str, Any] = {"job": r.job or r.run}
     if r.rank is not None:
@@ -322,7 +341,8 @@ def _job_keys(r: RunStatus) -> dict[str, Any]:
 
 def jobs_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The jobs of more than one run, each with its ranks in rank order and its runs: what
-    `status` shows as a job. A run alone is no job to show."""
+    `status` shows as a job. A run alone is no job to show. A job's `attempts` and
+    `checkpoint` are its runs' (the most attempts told, the newest checkpoint)."""
     by_job: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         by_job.setdefault(run.get("job") or run["run"], []).append(run)
@@ -344,6 +364,16 @@ def jobs_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 ],
                 "states": states,
                 "firing": sum(len(r.get("firing", ())) for r in members),
+                "attempts": max(
+                    (a for r in members if (a := r.get("attempts"))),
+                    key=lambda a: (a["count"], a["current"]),
+                    default=None,
+                ),
+                "checkpoint": max(
+                    (c for r in members if (c := r.get("checkpoint"))),
+                    key=lambda c: (c["step"], c["wall_time"] or 0.0),
+                    default=None,
+                ),
             }
         )
     return out

@@ -9,7 +9,11 @@ followed as one story, from what the logs already say:
 - torchrun's `attempt_<N>/` directories (jobs/identity.py: `Member.attempt`),
   each agent's (`Member.agent`) numbered from 0;
 - a run whose step goes back and goes on (a job appending to its log after it
-  resumed from a checkpoint): from there it is another attempt of its run.
+  resumed from a checkpoint): from there it is another attempt of its run;
+- a line that says the job will run again into the same logs (Slurm's `DUE TO JOB
+  REQUEUE`: a pattern rule's `new_attempt`, `boundary`): the run's next record begins
+  another attempt, wherever its step is (a job requeued right after a save resumes at
+  the step it had logged last).
 
 An attempt begins with its first point and is judged as it goes: where it
 resumed (its first step), how far it got (its highest step), and how the one
@@ -38,6 +42,22 @@ from trainsentry.rules.condition import fmt
 # attempts one job keeps: a crash loop of a thousand restarts needs only the last few to
 # say it is one (storms and "no progress" look back over a handful)
 MAX_ATTEMPTS = 64
+# Slurm says the job is cancelled (requeued, preempted) as it sends SIGTERM, and sends
+# SIGKILL KillWait later (30 s by default): the attempt's handlers may log and save until
+# then, so its records within this span after the line are its last words, not the next
+# attempt (which Slurm schedules only once this one is gone).
+LAST_WORDS_SECONDS = 30.0
+# An attempt that ends this soon after its first step died young: a healthy attempt runs
+# for hours until a preemption or a planned stop, and one that fails within 10 minutes of
+# starting fails in its set-up or first steps (a GPU's Xid, NCCL's init, a full local
+# disk), where a node's fault shows.
+YOUNG_SECONDS = 600.0
+# A node is named once this many of the job's recent attempts on it died young: one is a
+# flake any node may have; two on the same node, with the job moved elsewhere meanwhile or
+# not, is the node to drain first.
+YOUNG_ON_NODE = 2
+MAX_NODE_CHARS = 256  # a host name (RFC 1035: 253); a longer one is cut
+MAX_CLOSED = 65_536  # runs waiting for their next attempt (a fleet's, requeued at once)
 MAX_SHAPES = 256  # record shapes a run's steps are followed by (a new one per line: bounded)
 # A relaunch begins after the attempt before it went quiet: torchrun's agent takes 7-13 s
 # from a crash to the new attempt's first step (measured on 4 CPU ranks), a scheduler's
@@ -60,6 +80,13 @@ class Attempt:
     # False for an attempt torchrun's numbering says began and ended without a point
     # logged (a rendezvous that failed, a crash in the first step): inferred, not seen
     logged: bool = True
+    number: int = 1  # its place among the job's attempts, from 1 (`status` shows it)
+    node: str = ""  # the host it ran on, where a line or the probe named it
+
+    @property
+    def young(self) -> bool:
+        """It ended soon after it began (judged once another began after it)."""
+        return self.logged and self.last_wall - self.first_wall < YOUNG_SECONDS
 
 
 @dataclass(slots=True)
@@ -69,6 +96,13 @@ class JobAttempts:
     rewinds: dict[str, int] = field(default_factory=dict)  # run → its attempts by rewinding
     best: int = -(2**62)  # the highest step any attempt reached
     causes: dict[tuple[str, ...], str] = field(default_factory=dict)  # of attempts not seen yet
+    begun: int = 0  # attempts ever begun (the list keeps the last MAX_ATTEMPTS)
+
+    def add(self, attempt: Attempt) -> None:
+        self.begun += 1
+        attempt.number = self.begun
+        self.attempts.append(attempt)
+        self.by_key[attempt.key] = attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +145,10 @@ class Attempts:
         # (MLflow's file store, Keras' train/ and validation/) each go back to their
         # first step, and that is no resume; a series of the run going back is
         self._last: dict[str, dict[object, int]] = {}
+        # run → when a line said its attempt ended: its next record after the grace begins
+        # another attempt (boundary)
+        self._closed: dict[str, float] = {}
+        self._node_of: dict[str, str] = {}  # run → the host its latest process started on
 
     def saw(self, run: str, step: int, wall: float, shape: object = None) -> Restart | None:
         """A run's record (of `shape`: its tags): the restart it begins, if it begins one."""
@@ -119,7 +157,9 @@ class Attempts:
         if shapes is None:
             shapes = self._last[run] = {}
         last = shapes.get(shape)
-        if current is not None and (last is None or step >= last):
+        closed = self._closed.get(run)
+        going_on = closed is None or not wall > closed + LAST_WORDS_SECONDS
+        if current is not None and going_on and (last is None or step >= last):
             if len(shapes) < MAX_SHAPES or last is not None:
                 shapes[shape] = step
             current.last_step = max(current.last_step, step)
@@ -130,11 +170,12 @@ class Attempts:
                 known.best = max(known.best, step)
             return None
         self._last[run] = {shape: step}  # the others begin afresh: this is a new attempt
+        self._closed.pop(run, None)
         member = member_of(run)
         job = self._jobs.get(member.job)
         if job is None:
             job = self._jobs[member.job] = JobAttempts()
-        if current is not None:  # the step went back: the run resumed, another attempt
+        if current is not None:  # the step went back (or a line said so): another attempt
             n = job.rewinds[run] = job.rewinds.get(run, 0) + 1
             key: tuple[str, ...] = (member.group, str(n))  # its ranks rewind together
         elif member.attempt is not None:
@@ -162,9 +203,9 @@ class Attempts:
         if before is not None and member.attempt is not None and before.key[0] == key[0]:
             before = self._unseen(job, before, key, member.attempt, wall)
         attempt = Attempt(key, run, step, wall, step, wall, step)
+        attempt.node = self._node_of.get(run, "")
         self._current[run] = attempt
-        job.attempts.append(attempt)
-        job.by_key[key] = attempt
+        job.add(attempt)
         if len(job.attempts) > MAX_ATTEMPTS:
             gone = job.attempts.pop(0)
             job.by_key = {k: a for k, a in job.by_key.items() if a is not gone}
@@ -192,8 +233,7 @@ class Attempts:
                 gap, before.run, before.high_step, wall, before.high_step, wall,
                 before.high_step, job.causes.pop(gap, ""), logged=False,
             )  # fmt: skip
-            job.attempts.append(unseen)
-            job.by_key[gap] = unseen
+            job.add(unseen)
             before = unseen
         return before
 
@@ -213,9 +253,48 @@ class Attempts:
             if key not in job.by_key and len(job.causes) < MAX_ATTEMPTS:
                 job.causes.setdefault(key, cause)
 
+    def boundary(self, run: str, cause: str, wall: float) -> None:
+        """A line said at `wall` that the run's attempt ended and the job runs again into
+        the same logs (Slurm requeued it): its next record past the attempt's last words
+        begins another attempt, and this one ended with `cause`."""
+        current = self._current.get(run)
+        if current is None:
+            return
+        current.cause = cause  # the scheduler's word, over the signal that ended its process
+        if run in self._closed or len(self._closed) < MAX_CLOSED:
+            self._closed[run] = wall
+
+    def starts_on(self, run: str, node: str) -> None:
+        """The run's process started on `node` (the probe's meta record names its host): its
+        attempt, and the attempts it begins after, ran there unless a line says otherwise."""
+        node = node[:MAX_NODE_CHARS]
+        if run in self._node_of or len(self._node_of) < MAX_CLOSED:
+            self._node_of[run] = node
+        current = self._current.get(run)
+        if current is not None and not current.node:
+            current.node = node
+
+    def ran_on(self, run: str, node: str) -> None:
+        """A line of the run's attempt names the node it runs on (Slurm's `*** JOB 123 ON
+        node07 CANCELLED ...`): that attempt's node."""
+        current = self._current.get(run)
+        if current is not None:
+            current.node = node[:MAX_NODE_CHARS]
+
+    def of(self, run: str) -> tuple[int, int] | None:
+        """(attempts the run's job began, the number of the one the run's points are in),
+        as `status` shows them; None for a run with no point yet."""
+        current = self._current.get(run)
+        job = self._jobs.get(member_of(run).job) if current is not None else None
+        if current is None or job is None:
+            return None
+        return job.begun, current.number
+
     def forget(self, run: str) -> None:
         self._current.pop(run, None)
         self._last.pop(run, None)
+        self._closed.pop(run, None)
+        self._node_of.pop(run, None)
 
 
 def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
@@ -229,6 +308,7 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
         + (f" and ended: {before.cause}" if before.cause else "")
         + f"; {restart.lost_steps()} steps and {duration(restart.lost_seconds())} of work lost"
     )
+    said += young_on_nodes(restart.recent[:-1])
     restarts = restart.recent[1:]  # the first attempt is no restart
     if spec.storm is not None and spec.within is not None:
         window = [a for a in restarts if attempt.first_wall - a.first_wall <= spec.within]
@@ -246,6 +326,24 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
             f" {last[0].first_step} or before: no checkpoint advanced between them"
         )
     return True, said
+
+
+def young_on_nodes(ended: list[Attempt]) -> str:
+    """The nodes where YOUNG_ON_NODE or more of the job's ended attempts died young, as a
+    restart's message says them; "" for none."""
+    on: dict[str, list[Attempt]] = {}
+    for attempt in ended:
+        if attempt.node:
+            on.setdefault(attempt.node, []).append(attempt)
+    said = ""
+    for node, attempts in sorted(on.items(), key=lambda n: -sum(a.young for a in n[1])):
+        young = sum(a.young for a in attempts)
+        if young >= YOUNG_ON_NODE:
+            said += (
+                f"; attempts on node {node} keep dying young: {young} of its {len(attempts)}"
+                f" ended within {duration(YOUNG_SECONDS)} of their start"
+            )
+    return said
 
 
 def duration(seconds: float) -> str:

@@ -315,11 +315,15 @@ class LogEngine:
         return out
 
     def _restart(self, run: _Run, step: int, wall: float, out: list[Transition]) -> None:
-        """The run that ended is written again: its pattern alerts resolve, it runs."""
-        for alert in run.alerts.values():
+        """The run that ended is written again: its pattern alerts resolve, it runs. What
+        fired on its job's records (its restart, its checkpoints) stands: the restart is
+        what a `job_restarted` says."""
+        for name, alert in list(run.alerts.items()):
+            if alert.metric != LOG_METRIC:
+                continue
             if alert.firing:
                 out.append(self._resolved(alert, run, "run restarted"))
-        run.alerts.clear()
+            del run.alerts[name]
         run.life = RunLife(step=step, wall=wall)
 
     def stepped(
@@ -517,10 +521,14 @@ class LogEngine:
         alert.labels = {**dict(rule.labels), **groups}
         alert.telling = telling(event, line_of(match))
         alert.message = self._render(alert, rule, event, match.group(0), step, groups)
+        cond: m.Pattern = rule.condition  # type: ignore[assignment]
+        if "node" in groups:  # the node the run's attempt runs on (attempts.py)
+            self.attempts.ran_on(event.run, groups["node"])
+        if cond.new_attempt:  # every time it is said, firing or not (attempts.py)
+            self.attempts.boundary(event.run, _cause(cond.cause, groups, alert.telling[0]), wall)
         if alert.firing or not _reached(rule.for_, alert.first, alert.last, alert.matches):
             return
         alert.firing = True
-        cond: m.Pattern = rule.condition  # type: ignore[assignment]
         life = run.life
         if cond.ends_run not in (None, "finished") and not life.ended:
             alert.message += self._since_checkpoint(event.run, wall)  # what the end cost
@@ -565,6 +573,8 @@ class LogEngine:
                 # the probe says more than a writer found in /proc: its end record
                 run.processes = {k: p for k, p in run.processes.items() if p.by == PROBE}
                 run.processes[mark.path] = RunProcess.of(mark)
+                if mark.host:
+                    self.attempts.starts_on(mark.run, mark.host)
                 continue
             process = run.processes.get(mark.path)
             if process is not None:

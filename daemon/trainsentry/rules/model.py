@@ -322,7 +322,9 @@ class Pattern:
     a catch-all (any traceback) that stays quiet where a more telling rule
     (a CUDA OOM) matched the same event, so one crash pages once. `ends_run`:
     what the run's life is once this fires (a crash, a preemption), and
-    `cause` the words for it (default: the matched text).
+    `cause` the words for it (default: the matched text). `new_attempt`: the job
+    runs again into the same logs (Slurm's requeue), so the run's next record
+    begins another attempt of its job (rules/attempts.py).
     """
 
     regex: str
@@ -334,6 +336,7 @@ class Pattern:
     # the rank that logs this waited in a collective for other ranks until it timed out:
     # a `collective_hang` rule names the ranks it waited for before this pages (hang.py)
     collective_timeout: bool = False
+    new_attempt: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,6 +274,7 @@ class PatternSpec(Strict):
     ends_run: Literal["crashed", "preempted", "cancelled", "finished"] | None = None
     cause: str | None = None
     collective_timeout: bool = False
+    new_attempt: bool = False
 
     @field_validator("regex")
     @classmethod

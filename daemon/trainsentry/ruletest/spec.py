@@ -96,6 +96,9 @@ class CaseSpec(Strict):
     job_series: dict[str, str | SeriesSpec] = Field(default_factory=dict)
     # the case's job restarted: each attempt a run of its own, `<run>_testagnt/attempt_<N>/0`
     attempts: list[AttemptSpec] = Field(default_factory=list, max_length=64)
+    # the attempts written into the case's run itself, one after another (a Slurm job
+    # requeued into the same slurm-<id>.out and metrics file), not torchrun's attempt_<N>/
+    attempts_in_one_run: bool = False
     logs: list[LogSpec] = Field(default_factory=list)
     only: list[str] | None = None
     finish: bool = False
@@ -112,6 +115,8 @@ class CaseSpec(Strict):
             raise ValueError("`job_series` are the run above the case's `ranks`: give `ranks`")
         if self.attempts and (self.series or self.ranks or self.expect_at):
             raise ValueError("`attempts` give the series, on no ranks and no `expect_at`")
+        if self.attempts_in_one_run and not self.attempts:
+            raise ValueError("`attempts_in_one_run` goes with `attempts`")
         if any(log.attempt is not None and log.attempt >= len(self.attempts) for log in self.logs):
             raise ValueError(f"a log's attempt is one of the {len(self.attempts)} `attempts`")
         ranks = self.ranks or 0
@@ -312,7 +317,7 @@ def _attempts_case(
     starts: list[tuple[str, float, int]] = []  # per attempt: its run, its wall at `start`
     end = WALL0 - pace
     for n, attempt in enumerate(spec.attempts):
-        run = attempt_run(spec.run, n)
+        run = spec.run if spec.attempts_in_one_run else attempt_run(spec.run, n)
         begin = end + attempt.after + pace
         starts.append((run, begin, attempt.start))
         last = begin

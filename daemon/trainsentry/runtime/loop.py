@@ -32,6 +32,7 @@ from trainsentry.point import ProbeMark, Row, RunEnd, TextEvent, Trace
 from trainsentry.runtime.restart import SNAPSHOT_SECONDS, Memory, Restart, SnapshotFile
 from trainsentry.runtime.run_merge import RunMerge
 from trainsentry.sources.access import AccessProblems
+from trainsentry.sources.checkpoints import CheckpointTail
 from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, store_of
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
@@ -722,6 +723,17 @@ class Daemon:
     def run_files(self, run: str) -> list[Path]:
         """The log files followed for a run (for incident bundles)."""
         return sorted(t.log.path for t in self._tails.values() if run in t.runs)
+
+    def checkpoints(self) -> dict[str, tuple[int, float, str]]:
+        """Each checkpoint run's newest complete checkpoint (step, completion, path), over
+        its roots (sources/checkpoints.py), for `status`."""
+        out: dict[str, tuple[int, float, str]] = {}
+        for tail in self._tails.values():
+            if isinstance(tail, CheckpointTail) and (newest := tail.newest()) is not None:
+                known = out.get(tail.log.run)
+                if known is None or newest[:2] > known[:2]:
+                    out[tail.log.run] = newest
+        return out
 
     def own_logs(self, runs: Collection[str]) -> dict[str, list[tuple[Path, str]]]:
         """The logs followed of each of `runs` that are its own (not a file of another run

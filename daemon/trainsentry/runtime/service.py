@@ -38,6 +38,7 @@ from trainsentry.runtime.silence_clock import SilenceClock
 from trainsentry.runtime.systemd import Heartbeat, StuckLoopGuard, SystemdNotifier, health_limit
 from trainsentry.runtime.writers import WriterWatch
 from trainsentry.sources import names
+from trainsentry.sources.checkpoint_files import use_names
 from trainsentry.state.damage import StateUnusable, set_aside_if_damaged
 from trainsentry.state.dir_lock import DirLock, LockError, StateDirInUse
 from trainsentry.state.disk_full import HeldState, WriteTrouble
@@ -86,6 +87,7 @@ class Service:
     ) -> None:
         """`reread`: the config a SIGHUP loads (default: the file again, as it is)."""
         self.config = config
+        use_names(config.checkpoint_names)  # what is a checkpoint, before any root is read
         self._reread = reread or (
             (lambda: load_config(config.source)) if config.source else (lambda: config)
         )
@@ -393,7 +395,18 @@ class Service:
             else r
             for r in runs
         ]
-        return [self._in_job(r) for r in runs]
+        saves = self.daemon.checkpoints()
+        return [self._restarts(self._in_job(r), saves) for r in runs]
+
+    def _restarts(self, status: RunStatus, saves: dict[str, tuple[int, float, str]]) -> RunStatus:
+        """The run with its job's attempts and last good checkpoint (the checkpoint run's
+        the rules hold its records against: rules/checkpoints.py)."""
+        attempts = self.log_engine.attempts.of(status.run)
+        job = self.log_engine.checkpoints.related(status.run) if saves else None
+        saved = saves.get(job.run) if job is not None else saves.get(status.run)
+        if attempts is None and saved is None:
+            return status
+        return replace(status, attempts=attempts, checkpoint=saved)
 
     def _in_job(self, status: RunStatus) -> RunStatus:
         """The run with its job, and for a rank what the fleet compares (store/ranks.py)."""

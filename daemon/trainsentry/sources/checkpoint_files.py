@@ -27,6 +27,10 @@ complete (checkpoints.py judges it):
 - any folder named with a step that holds `*.safetensors`, `*.pt`, `*.pth` or
   `*.bin`.
 
+Others are named by the daemon's config (`checkpoint_names`, `use_names`): a
+name with `{step}` where its step is and `*` for any characters, matched by a
+file or a folder of a root, complete once its files settled.
+
 Files and folders without a marker are complete once their files settled.
 Pointers are not checkpoints: Lightning's `last.ckpt` (a copy or link of the
 newest), DeepSpeed's `latest`, Megatron's `latest_checkpointed_iteration.txt`.
@@ -39,7 +43,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import re2
 
 # the root a checkpoint container belongs to: `lightning_logs/version_0/checkpoints/` is
 # the checkpoints of the run `lightning_logs/version_0` (where its TensorBoard logs are)
@@ -82,6 +90,56 @@ MAX_STEP = 2**63 - 1
 _DEPTH = 4
 
 
+# configured names: `{step}` once, where the step's digits are, and `*` for any characters
+# but a path's `/`, in one entry's name (a name on a filesystem is at most 255 bytes)
+STEP_FIELD = "{step}"
+MAX_NAME_CHARS = 255
+MAX_NAMES = 64  # names configured: a site's few frameworks, not a list of every file
+_configured: tuple[Any, ...] = ()  # RE2's compiled regexes (the package has no stubs)
+
+
+class BadName(ValueError):
+    """A configured checkpoint name that cannot say a step (`checkpoint_names`)."""
+
+
+def name_regex(name: str) -> str:
+    """The regex of a configured name, its step's digits its one group (`weights-{step}.bin`
+    matches `weights-100.bin` at step 100); BadName says what is wrong with one that could
+    not name a checkpoint's step. Matched with RE2, linear in the name however many `*`
+    it holds."""
+    if not name or len(name) > MAX_NAME_CHARS:
+        raise BadName(f"a name of 1 to {MAX_NAME_CHARS} characters, got {len(name)}")
+    if name.count(STEP_FIELD) != 1:
+        raise BadName(f"{name!r}: say where the step is with `{STEP_FIELD}`, once")
+    head, tail = name.split(STEP_FIELD)
+    if "/" in name or "{" in head + tail or "}" in head + tail:
+        raise BadName(
+            f"{name!r}: a file's or folder's own name, with `{STEP_FIELD}` and `*` only"
+            " (no `/`, no other `{...}`)"
+        )
+
+    def glob(part: str) -> str:
+        return "[^/]*".join(re.escape(piece) for piece in part.split("*"))
+
+    return f"{glob(head)}([0-9]+){glob(tail)}"
+
+
+def use_names(names: Iterable[str]) -> None:
+    """Recognise these configured names (`checkpoint_names`) as checkpoints besides the
+    frameworks' own, from now on, in every root (name_regex says the form)."""
+    global _configured
+    _configured = tuple(re2.compile(name_regex(n)) for n in list(names)[:MAX_NAMES])
+
+
+def configured_step(name: str) -> str | None:
+    """The step digits of an entry a configured name matches; None for others."""
+    for regex in _configured:
+        found = regex.fullmatch(name)
+        if found is not None:
+            return str(found.group(1))
+    return None
+
+
 class BadStep(ValueError):
     """A name that carries a step no log could hold (`ckpt_1000000000000000000000.pt`)."""
 
@@ -108,11 +166,20 @@ def named_step(name: str) -> str | None:
     return found.group(1) if found is not None else None
 
 
+def framework_folder(name: str) -> bool:
+    """A folder a framework names as its checkpoint (HF's, DeepSpeed's, Megatron's, flax's),
+    not one a configured name or staging names."""
+    return _FOLDER.match(name) is not None
+
+
 def folder_by_name(name: str) -> str | None:
     """The step digits of a folder that is a checkpoint (or a staged one) by its name alone."""
     found = _FOLDER.match(name)
     if found is not None:
         return found.group(1)
+    configured = configured_step(name) if _configured else None
+    if configured is not None:
+        return configured
     staged = _STAGED.match(name)
     if staged is None:
         return None
@@ -134,9 +201,13 @@ def checkpoint_file(name: str) -> str | None:
     if name.endswith(_FILE_SUFFIXES):
         if LIGHTNING_LAST.match(name):
             return None
-        return named_step(name) if not name[: name.rindex(".")].isdigit() else None
+        digits = named_step(name) if not name[: name.rindex(".")].isdigit() else None
+        if digits is not None or not _configured:
+            return digits
     found = _FOLDER.match(name)
-    return found.group(1) if found is not None and name.startswith("checkpoint_") else None
+    if found is not None and name.startswith("checkpoint_"):
+        return found.group(1)
+    return configured_step(name) if _configured else None
 
 
 def marker(folder: str, name: str) -> bool:

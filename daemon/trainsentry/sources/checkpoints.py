@@ -63,6 +63,7 @@ from trainsentry.sources.checkpoint_files import (
     BadStep,
     checkpoint_file,
     folder_by_name,
+    framework_folder,
     marker,
     named_step,
     pointer,
@@ -116,9 +117,10 @@ COMPLETE_TAGS = (STEP_TAG, BYTES_TAG, FILES_TAG, PARTIAL_TAG)
 PARTIAL_TAGS = (PARTIAL_TAG,)
 ROOM_TAGS = (FREE_TAG, ROOM_TAG)
 
-# what an entry is, by its name: how its completeness is judged
-FILE, HF, DEEPSPEED, MEGATRON, FLAX, STAGED, NAMED = (
-    "file", "hf", "deepspeed", "megatron", "flax", "staged", "named",
+# what an entry is, by its name: how its completeness is judged (CONFIGURED: a folder of
+# a name the config gives, `checkpoint_names`)
+FILE, HF, DEEPSPEED, MEGATRON, FLAX, STAGED, NAMED, CONFIGURED = (
+    "file", "hf", "deepspeed", "megatron", "flax", "staged", "named", "configured",
 )  # fmt: skip
 _KIND_BY_PREFIX = (
     ("checkpoint-", HF),
@@ -159,8 +161,9 @@ class CheckpointTail:
         self._dev = self._ino = 0
         self._told: dict[str, str] = {}  # entry name → how it was told (kept while it exists)
         self._count = 0  # entries ever told: the offset a restart compares
-        # (step, bytes, completion) of the newest complete checkpoint
+        # (step, bytes, completion) of the newest complete checkpoint, and its name
         self._newest: tuple[int, int, float] | None = None
+        self._newest_name = ""
         # entry name → (what it looked like, when it first looked so, monotonic)
         self._steady: dict[str, tuple[tuple[int, int, int], float]] = {}
         # entry name → (not looked into again before, judged again at), monotonic
@@ -175,6 +178,7 @@ class CheckpointTail:
             self._dev, self._ino = checkpoint.dev, checkpoint.ino
             newest = state.get("newest")
             self._newest = (int(newest[0]), int(newest[1]), float(newest[2])) if newest else None
+            self._newest_name = str(state.get("newest_name", ""))
             if relearn_from is not None:
                 seen = relearn_from.decoder_state.get("told", {})
                 told = {n for n, how in self._told.items() if how in (COMPLETE, PARTIAL)}
@@ -191,6 +195,14 @@ class CheckpointTail:
     @property
     def relearning(self) -> bool:
         return bool(self._relearn)
+
+    def newest(self) -> tuple[int, float, str] | None:
+        """The newest complete checkpoint told (step, completion, path): the last good one
+        a restart would resume from, as `status` shows it."""
+        if self._newest is None:
+            return None
+        step, _, wall = self._newest
+        return step, wall, os.path.join(self.path, self._newest_name)
 
     # -- reading ----------------------------------------------------------------
 
@@ -252,6 +264,7 @@ class CheckpointTail:
                 )
                 if self._newest is None or step >= self._newest[0]:
                     self._newest = (step, look.bytes, look.newest / 1e9)
+                    self._newest_name = name
             elif how == PARTIAL:
                 rows.append(
                     (step, _new(Row, (step, look.newest / 1e9, PARTIAL_TAGS, (1.0,))), relearned)
@@ -448,6 +461,7 @@ class CheckpointTail:
         state: dict[str, object] = {"told": dict(self._told)}
         if self._newest is not None:
             state["newest"] = list(self._newest)
+            state["newest_name"] = self._newest_name
         return Checkpoint(
             path=self.path, dev=self._dev, ino=self._ino, fingerprint=b"", offset=self._count,
             decoder_state=state,
@@ -476,6 +490,8 @@ def _entry(entry: os.DirEntry[str]) -> tuple[str, str] | None:
     if digits is not None:
         if staged(name):
             return digits, STAGED
+        if not framework_folder(name):
+            return digits, CONFIGURED
         kind = next(k for prefix, k in _KIND_BY_PREFIX if name.startswith(prefix))
         return digits, kind
     digits = named_step(name)
@@ -493,7 +509,7 @@ def _marked(
     names it), MISSING where it lacks that yet, UNMARKED where its framework writes no
     such thing (its files settling is all there is); None for a folder named with a step
     that holds no checkpoint's files at all (not a checkpoint, or not one yet)."""
-    if kind in (FILE, FLAX):
+    if kind in (FILE, FLAX, CONFIGURED):
         return UNMARKED
     if kind == STAGED:
         return MISSING

@@ -116,6 +116,9 @@ def run_label(r: dict[str, Any]) -> str:
         if r.get("node"):
             where.append(str(r["node"]))
         name = f"  {name} ({', '.join(where)})"
+    attempts = r.get("attempts")
+    if isinstance(attempts, dict) and (attempts.get("count") or 0) > 1:
+        name += f" [attempt {attempts.get('current')} of {attempts['count']}]"
     watched = r.get("watched")
     if isinstance(watched, dict) and watched.get("pid") is not None:
         if watched.get("by") == "probe":
@@ -150,6 +153,25 @@ def by_job(runs: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | N
     return out
 
 
+def checkpoint_lines(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each job's last good checkpoint, once per job however many of its runs share it:
+    `exp1: last good checkpoint step 500, 12m ago: /ckpt/checkpoint-500`."""
+    newest: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        saved = r.get("checkpoint")
+        if not isinstance(saved, dict):
+            continue
+        job = str(r.get("job") or r.get("run"))
+        known = newest.get(job)
+        if known is None or (saved.get("step") or 0) > (known.get("step") or 0):
+            newest[job] = saved
+    return [
+        f"{job}: last good checkpoint step {saved.get('step')},"
+        f" {format_age(saved.get('age_seconds'))} ago: {saved.get('path')}"
+        for job, saved in sorted(newest.items())
+    ]
+
+
 def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
     """The runs table and the firing alerts' messages, as plain lines for pipes and scripts.
 
@@ -181,6 +203,7 @@ def render_status(api_runs_json: Any, api_alerts_json: Any) -> str:
         rest = f"{severity} {what}" if severity else what
         lines.append(f"{run:<{w_run}}  {step:>{w_step}}  {age:>{w_age}}  {rest}")
     lines.append(summary_line(runs, alerts, given_up(api_alerts_json)))
+    lines.extend(checkpoint_lines(runs))
     lines.extend(nothing_readable(api_runs_json))
     lines.extend(unreadable(api_runs_json))
     if alerts:

@@ -220,7 +220,7 @@ def print_status(
     from rich.table import Table
     from rich.text import Text
 
-    from trainsentry.terminal.plain import by_job, format_age, summary_line
+    from trainsentry.terminal.plain import by_job, checkpoint_lines, format_age, summary_line
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("RUN", style="cyan", overflow="fold")
@@ -241,6 +241,8 @@ def print_status(
         table.add_row(label, step, format_age(r.get("age_seconds")), firing or "-")
     console.print(table)
     console.print(Text(summary_line(runs, alerts, dropped), style="yellow" if dropped else "dim"))
+    for line in checkpoint_lines(runs):
+        console.print(Text(line, style="dim"))
     if not alerts:
         return
     console.print()

@@ -119,6 +119,19 @@ notify:
     ]
 
 
+def test_checkpoint_names_say_where_the_step_is_or_are_refused_at_the_key(
+    tmp_path: Path,
+) -> None:
+    config = load(tmp_path, 'checkpoint_names: ["weights-{step}.bin", "snapshot_*_{step}"]\n')
+    assert config.checkpoint_names == ("weights-{step}.bin", "snapshot_*_{step}")
+    assert errors_of(tmp_path, 'checkpoint_names: ["weights.bin"]\n') == [
+        "cfg:1:19: `checkpoint_names`: expected a checkpoint's name with `{step}` in it:"
+        " 'weights.bin': say where the step is with `{step}`, once"
+    ]
+    [error] = errors_of(tmp_path, "checkpoint_names: ['out/{step}']\n")
+    assert "`checkpoint_names`: " in error and "(no `/`, no other `{...}`)" in error
+
+
 def test_an_unknown_key_without_a_close_match_lists_the_keys(tmp_path: Path) -> None:
     (err,) = errors_of(tmp_path, "http:\n  frobnicate: 1\n")
     assert err.startswith("cfg:2:3: unknown key `http.frobnicate`; expected one of: address,")

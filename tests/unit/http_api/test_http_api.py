@@ -99,6 +99,17 @@ def serve(view: FakeView, token: str | None = None) -> ApiServer:
     return server
 
 
+def served_documents(view: FakeView) -> tuple[Any, Any]:
+    """/api/runs and /api/alerts as a server of `view` serves them."""
+    server = serve(view)
+    try:
+        runs = strict_json(get(f"{server.url}/api/runs")[2])
+        alerts = strict_json(get(f"{server.url}/api/alerts")[2])
+    finally:
+        server.close()
+    return runs, alerts
+
+
 @pytest.fixture
 def view() -> FakeView:
     return FakeView()
@@ -219,9 +230,48 @@ def test_api_runs_lists_each_run_with_its_age_and_firing_alerts(server: ApiServe
         "cause": "",
         "trace": {},
         "watched": None,
+        "attempts": None,
+        "checkpoint": None,
         "job": "exp1/seed0",
     }
     assert second["run"] == "exp2/seed0" and second["firing"] == []
+
+
+def test_api_runs_and_status_say_a_jobs_attempts_and_its_last_good_checkpoint(
+    view: FakeView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    terminal_env(monkeypatch)
+    saved = (500, NOW - 720, "/ckpt/out/checkpoint-500")
+    view.snap = replace(
+        SNAPSHOT,
+        runs=(
+            RunStatus("out", 520, NOW - 3, 4, checkpoint=saved),
+            RunStatus("out/runs/may01", 520, NOW - 3, 9, job="out", attempts=(3, 3),
+                      checkpoint=saved),
+            RunStatus("once", 10, NOW - 1, 1, attempts=(1, 1)),
+        ),
+    )  # fmt: skip
+    runs, alerts = served_documents(view)
+    by_run = {r["run"]: r for r in runs["runs"]}
+    resumed = by_run["out/runs/may01"]
+    assert resumed["attempts"] == {"count": 3, "current": 3}
+    assert resumed["checkpoint"] == {
+        "step": 500, "path": "/ckpt/out/checkpoint-500", "wall_time": NOW - 720,
+        "age_seconds": 720.0,
+    }  # fmt: skip
+    assert by_run["out"]["attempts"] is None and by_run["once"]["checkpoint"] is None
+    [job] = runs["jobs"]
+    assert job["attempts"] == {"count": 3, "current": 3}
+    assert job["checkpoint"]["path"] == "/ckpt/out/checkpoint-500"
+    lines = render_status(runs, alerts).splitlines()
+    out = TtyBuffer()
+    console.print_status(console.console_for(out), *loaded(runs, alerts))
+    on_terminal = plain(out.getvalue())
+    assert "out/runs/may01 [attempt 3 of 3]" in on_terminal
+    assert "out: last good checkpoint step 500, 12m ago: /ckpt/out/checkpoint-500" in on_terminal
+    assert any(line.startswith("out/runs/may01 [attempt 3 of 3] ") for line in lines)
+    assert any(line.startswith("once ") for line in lines)  # one attempt is none to say
+    assert "out: last good checkpoint step 500, 12m ago: /ckpt/out/checkpoint-500" in lines
 
 
 def test_api_runs_and_status_say_which_process_is_watched_for_a_run() -> None:
@@ -511,12 +561,7 @@ def test_a_jobs_ranks_are_shown_as_a_job(view: FakeView) -> None:
     view.snap = replace(
         SNAPSHOT, runs=(*SNAPSHOT.runs, *ranks, RunStatus("job", 100, NOW, 1, job="job"))
     )
-    server = serve(view)
-    try:
-        runs = strict_json(get(f"{server.url}/api/runs")[2])
-        alerts = strict_json(get(f"{server.url}/api/alerts")[2])
-    finally:
-        server.close()
+    runs, alerts = served_documents(view)
     by_run = {r["run"]: r for r in runs["runs"]}
     assert by_run["job/rank1"]["rank"] == 1 and by_run["job/rank1"]["node"] == "gpu-a"
     assert by_run["job/rank1"]["last_error"] == "RuntimeError: boom"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pickle
 
 from trainsentry.alert import Transition
-from trainsentry.point import Row
+from trainsentry.point import Row, TextEvent
+from trainsentry.rules.attempts import Attempts, young_on_nodes
 from trainsentry.rules.loader import load_rules
 from trainsentry.rules.log_rules import LogEngine
 
@@ -13,6 +14,9 @@ T0 = 1_800_000_000.0
 
 
 LOSS = ("loss",)
+REQUEUE = (
+    "slurmstepd: error: *** JOB 42 ON n7 CANCELLED AT 2026-01-01T00:00:00 DUE TO JOB REQUEUE ***"
+)
 
 
 def fed(engine: LogEngine, run: str, steps: range, start: float) -> list[Transition]:
@@ -99,3 +103,73 @@ def test_a_runs_series_read_one_file_after_another_are_no_restart() -> None:
         "store/exp1/run-1", (Row(s, T0 + 900 + s, LOSS, (1.0,)) for s in range(400, 450))
     )
     assert fired(out) == [("job_restarted", "store/exp1/run-1")]
+
+
+def test_status_counts_a_jobs_attempts_and_the_one_each_run_is_in() -> None:
+    """torchrun's attempt_0, attempt_2 (attempt_1 died in its rendezvous, unseen) of one job."""
+    engine = LogEngine(load_rules())
+    fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
+    assert engine.attempts.of("j_abcdefgh/attempt_0/0") == (1, 1)
+    fed(engine, "j_abcdefgh/attempt_2/0", range(20, 40), T0 + 300)
+    assert engine.attempts.of("j_abcdefgh/attempt_2/0") == (3, 3)
+    assert engine.attempts.of("j_abcdefgh/attempt_0/0") == (3, 1)
+    assert engine.attempts.of("never/logged") is None
+
+
+def test_a_requeue_line_makes_the_next_record_another_attempt_past_the_last_words() -> None:
+    """Slurm requeued the job right after its save at step 200: the attempt after resumes
+    at the step it had logged last, which no rewind shows; the records the attempt wrote
+    in Slurm's KillWait after the line are its own."""
+    engine = LogEngine(load_rules())
+    out = fed(engine, "slurm", range(0, 201), T0)
+    line = TextEvent("slurm-42.out", 1, T0 + 200, (REQUEUE,), run="slurm")
+    out += engine.feed([line])
+    out += fed(engine, "slurm", range(200, 203), T0 + 205)  # its SIGTERM handler's records
+    assert fired(out) == [("slurm_requeued", "slurm")]
+    assert engine.attempts.of("slurm") == (1, 1)
+    out += fed(engine, "slurm", range(202, 260), T0 + 400)
+    assert engine.attempts.of("slurm") == (2, 2)
+    [restart] = [t for t in out if t.rule == "job_restarted"]
+    assert "attempt 2 resumed at step 202" in restart.message
+    assert "ended: requeued by Slurm (job 42)" in restart.message
+
+
+def test_a_node_is_named_once_two_attempts_on_it_died_young_and_not_for_long_ones() -> None:
+    """Slurm's lines name each attempt's node: two attempts on gpu-3 of 8 min (young) name
+    it; the same job's attempts of an hour on gpu-1 do not name gpu-1."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    at = T0
+    for n, (node, minutes) in enumerate([("gpu-1", 60), ("gpu-1", 60), ("gpu-3", 8), ("gpu-3", 8)]):
+        steps = range(100 * n, 100 * n + minutes + 1)
+        out += engine.stepped(
+            "slurm", (Row(s, at + 60 * (s - steps.start), LOSS, (1.0,)) for s in steps)
+        )
+        at += 60 * minutes
+        line = REQUEUE.replace("ON n7", f"ON {node}")
+        out += engine.feed([TextEvent("slurm-42.out", n + 1, at, (line,), run="slurm")])
+        at += 120
+    out += fed(engine, "slurm", range(400, 450), at)
+    messages = [
+        t.message
+        for t in out
+        if t.state == "firing" and t.rule in ("job_restarted", "restart_storm")
+    ]
+    assert messages and not any("gpu-1" in m for m in messages)
+    [storm] = [t.message for t in out if t.rule == "restart_storm" and t.state == "firing"]
+    assert "attempts on node gpu-3 keep dying young: 2 of its 2 ended within 10 min" in storm
+
+
+def test_the_host_a_probe_names_is_the_node_of_the_attempts_its_run_begins() -> None:
+    """torchrun's attempt runs: the probe's meta record comes before each one's first step."""
+    attempts = Attempts()
+    for n in range(3):
+        run = f"j_abcdefgh/attempt_{n}/0"
+        attempts.starts_on(run, "gpu-9")
+        for step in range(50 * n, 50 * n + 20):  # 20 s each: young
+            attempts.saw(run, step, T0 + 100 * n + step - 50 * n)
+    restart = attempts.saw("j_abcdefgh/attempt_3/0", 150, T0 + 400)
+    assert restart is not None and [a.node for a in restart.recent] == ["gpu-9"] * 3 + [""]
+    assert young_on_nodes(restart.recent[:-1]).startswith(
+        "; attempts on node gpu-9 keep dying young: 3 of its 3"
+    )

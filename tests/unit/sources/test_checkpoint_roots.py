@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from trainsentry.sources.checkpoint_files import (
     folder_by_name,
     named_step,
     root_of,
+    use_names,
     woken_root,
 )
 from trainsentry.sources.discover import Root, is_log, store_of
@@ -413,6 +415,24 @@ def test_a_restarted_tail_tells_nothing_twice_and_relearns_what_the_state_lacks(
     assert not relearning.relearning
 
 
+def test_the_newest_complete_checkpoint_is_the_last_good_one_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """What `status` shows: the newest complete checkpoint, not a partial one after it."""
+    root = tmp_path / "out"
+    hf(root, 10)
+    hf(root, 20)
+    hf(root, 30, state=False)  # a save that died before its last file, long ago
+    first = tail_at(root)
+    assert first.newest() is None
+    first.read()
+    step, wall, path = first.newest() or (0, 0.0, "")
+    assert (step, path) == (20, str(root / "checkpoint-20"))
+    assert wall == pytest.approx(HOUR_AGO)
+    resumed = follow(Root.watched(tmp_path).checkpoints(root), first.checkpoint())
+    assert isinstance(resumed, ck.CheckpointTail) and resumed.newest() == first.newest()
+
+
 def test_rotated_checkpoints_are_forgotten_and_new_ones_told(tmp_path: Path) -> None:
     root = tmp_path / "out"
     old = hf(root, 10)
@@ -512,3 +532,36 @@ def test_a_checkpoint_moved_into_a_followed_root_wakes_it(tmp_path: Path) -> Non
                 break
             daemon.cycle(timeout=0.1)
         assert [p.step for p in got if p.tag == ck.STEP_TAG] == [10, 20]
+
+
+@pytest.fixture
+def configured() -> Iterator[None]:
+    use_names(["weights-{step}.bin", "snapshot_*_{step}"])
+    yield
+    use_names([])
+
+
+def test_names_the_config_gives_are_checkpoints_of_their_step(
+    tmp_path: Path, configured: None
+) -> None:
+    """`checkpoint_names`: a file and a folder no framework names so, complete once settled;
+    a name the framework gives still judged as the framework's."""
+    root = tmp_path / "out"
+    write(root / "weights-100.bin", 500)
+    write(root / "snapshot_llama_200" / "shard-0.data", 300)
+    write(root / "weights-final.bin", 50)  # no step: no checkpoint
+    age(root / "snapshot_llama_200")
+    hf(root, 300, state=False)  # the Trainer's folder waits for its last file
+    assert root_of(root / "snapshot_llama_200" / "shard-0.data", tmp_path) == root
+    got = tail_at(root).read()
+    assert [(r.step, r.values[1]) for r in got.rows if ck.STEP_TAG in r.tags] == [
+        (100, 500.0), (200, 300.0),
+    ]  # fmt: skip
+    assert folder_by_name("snapshot_{step}") is None and checkpoint_file("weights-.bin") is None
+
+
+def test_without_the_config_those_names_are_no_checkpoints(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    write(root / "weights-100.bin", 500)
+    hf(root, 10)
+    assert steps_of(told(root)) == [10]
