@@ -249,7 +249,10 @@ class Engine:
         series: list[m.Rule] = []
         clocks: list[m.Rule] = []
         saved = tag.startswith(CHECKPOINT_PREFIX)
+        on = "epochs" if axis_of(tag) == EPOCH_AXIS else "steps"
         for rule, metrics, tags in self._selectors:
+            if rule.axis is not None and rule.axis != on:
+                continue
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
                 if not isinstance(rule.condition, m.NoData):
                     series.append(rule)

@@ -395,6 +395,9 @@ class Rule:
     message: str | None = None  # str.format template; see lifecycle.MESSAGE_FIELDS
     runbook: str | None = None
     min_step: int = 0  # points before this step are not evaluated
+    # only series on this axis (engine.axis_of): a pace measured in steps means nothing
+    # on Keras' per-epoch series, whose steps are epochs; None for every series
+    axis: Literal["steps", "epochs"] | None = None
     actions: tuple[Action, ...] = ()  # run once when the alert first fires
     origin: str = field(default="", compare=False)  # "file:line" for humans
 

@@ -358,6 +358,7 @@ class RuleSpec(Strict):
     message: str | None = None
     runbook: str | None = None
     min_step: int = Field(0, ge=0)
+    axis: Literal["steps", "epochs"] | None = None
     actions: list[Literal["stop"] | CommandActionSpec] = []
     enabled: bool = True
     non_finite: NonFiniteSpec | None = None
@@ -493,6 +494,7 @@ class RuleSpec(Strict):
             message=self.message,
             runbook=self.runbook,
             min_step=self.min_step,
+            axis=self.axis,
             actions=tuple(_action(a) for a in self.actions),
             origin=origin,
         )
