@@ -20,9 +20,9 @@ from support.toy_task import separable
 
 WARM = 40
 SLOW_FROM = 160
-SLOW_STEPS = 40
+SLOW_STEPS = 30
 STEPS = SLOW_FROM + SLOW_STEPS + 20
-COLD = 0.15  # seconds a batch from the cold cache: ×10 the settled pace and more
+COLD = 0.1  # seconds a batch from the cold cache: ×10 the settled pace and more
 SETTLED = 0.005
 
 
