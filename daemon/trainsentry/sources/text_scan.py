@@ -56,6 +56,7 @@ _SHAPES = (
 )
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False
+_OPTIONS.never_capture = True  # where a match starts is all that is asked: 3 µs a search, not 7
 _WORK = re2.compile("(?m)" + "|".join(f"(?:{shape})" for shape in _SHAPES), _OPTIONS)
 
 

@@ -40,6 +40,7 @@ _MESSAGE_KEYS = ("message", "msg", "event")
 _LEVEL_KEYS = ("level", "levelname", "severity", "log.level")
 _DETAIL_KEYS = ("exc_info", "exception", "stack_info", "traceback", "stack")
 _LEVELS = {"warn": "warning", "fatal": "critical", "err": "error", "crit": "critical"}
+_ALONE = 63  # lines read one by one at most between two scans (TextDecoder.feed)
 
 
 def sniff(first_line: bytes) -> str:
@@ -75,9 +76,20 @@ class TextDecoder:
         found: list[Grouped] = []
         grouper = self._grouper
         number = self._lines.number - count + 1
+        # Where lines that need Python come in a row, a scan a line costs more than it
+        # saves (3 µs): after a scan that found the very line it started at, the lines
+        # after it are read one by one (1, 3, 7, ... up to _ALONE, a plain one among them
+        # making the line event it stands for) before the next scan.
+        alone = streak = 0
         while pos < end:
-            if not grouper.holding:  # plain lines up to the next that needs Python
+            if alone:
+                alone -= 1
+            elif not grouper.holding:  # plain lines up to the next that needs Python
                 worked = next_worked(raw, pos, end)
+                if worked == pos:
+                    alone = streak = min(2 * streak + 1, _ALONE)
+                else:
+                    streak = 0
                 if worked > pos:
                     text, worked = _plain_text(raw, pos, worked)
                     if text and not text.isspace():
