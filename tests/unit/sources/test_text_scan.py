@@ -55,7 +55,7 @@ LINES = [
 
 
 def oracle(data: bytes, wall: float) -> list[TextEvent]:
-    """Each line on its own, as the decoder read every line before the scan."""
+    """Each line on its own: decoded, cleaned, masked and grouped line by line."""
     grouper, found = Grouper(), list[Grouped]()
     for number, raw in enumerate(data.split(b"\n")[:-1], 1):
         text, after = clean(raw.decode("utf-8", "replace"))
