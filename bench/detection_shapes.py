@@ -42,7 +42,7 @@ from pathlib import Path
 
 from corpusgen.shapes.spec import SHAPES, on_epoch_axis
 
-from trainsentry.alert import same_job
+from trainsentry.jobs import same_job
 from trainsentry.point import Point
 from trainsentry.rules.aliases import Aliases
 from trainsentry.sources.reading import iter_points
