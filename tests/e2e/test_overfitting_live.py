@@ -71,8 +71,13 @@ def train(run_dir: Path, samples: int, batch: int, noise: float) -> list[tuple[i
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("overfitting")
-    memorising = train(root / "memorising", samples=64, batch=16, noise=0.3)
-    tiny_batch = train(root / "tiny_batch", samples=4000, batch=2, noise=0.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: one thread, no oversubscription
+    try:
+        memorising = train(root / "memorising", samples=64, batch=16, noise=0.3)
+        tiny_batch = train(root / "tiny_batch", samples=4000, batch=2, noise=0.0)
+    finally:
+        torch.set_num_threads(threads)
     state = tmp_path_factory.mktemp("state")
     alerts = live_alerts(state / "alerts.jsonl", str(root), "--state-dir", str(state / "s"))
     return {"alerts": alerts, "memorising": memorising, "tiny_batch": tiny_batch}
