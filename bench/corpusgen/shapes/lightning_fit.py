@@ -35,9 +35,7 @@ from corpusgen.shapes.spec import ShapeRun, is_freeze_step, is_nan_step, lr_fact
 
 
 class Classifier(L.LightningModule):
-    def __init__(
-        self, net: nn.Module, lr: float, weight_decay: float, grad_norms: bool
-    ) -> None:
+    def __init__(self, net: nn.Module, lr: float, weight_decay: float, grad_norms: bool) -> None:
         super().__init__()
         self.net = net
         self.lr = lr

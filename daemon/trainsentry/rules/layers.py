@@ -37,30 +37,48 @@ def is_bias(tag: str) -> bool:
 
 
 class LayerGroup:
-    """The newest value of each layer of one rule in one run, and the steps they came at."""
+    """The newest value of each layer of one rule in one run, and the largest of them.
 
-    __slots__ = ("latest", "previous", "step")
+    The largest other layer is found in amortised O(1) a point: the two largest
+    values of this step so far, and the values of the step before, sorted once
+    when the step changes, whose layers logged again at this step are dropped
+    from the top as they are met (their newest value is this step's).
+    """
+
+    __slots__ = ("carried", "latest", "previous", "step", "top")
 
     def __init__(self) -> None:
         self.latest: dict[str, tuple[int, float]] = {}  # tag → (step, value)
         self.step = NO_STEP  # the newest step a layer was logged at
         self.previous = NO_STEP  # the step before it that layers were logged at
+        self.top: list[tuple[float, str]] = []  # this step's two largest, largest first
+        self.carried: list[tuple[float, str]] = []  # the step before's, ascending
 
     def push(self, tag: str, step: int, value: float) -> None:
         if step < self.step:  # the run resumed from a checkpoint: compare afresh
             self.latest.clear()
             self.step = self.previous = NO_STEP
+            self.top, self.carried = [], []
         if step > self.step:
-            self.previous, self.step = self.step, step
+            self.carried = sorted((v, t) for t, (s, v) in self.latest.items() if s == self.step)
+            self.previous, self.step, self.top = self.step, step, []
         self.latest[tag] = (step, value)
+        top = [entry for entry in self.top if entry[1] != tag]
+        top.append((value, tag))
+        top.sort(reverse=True)
+        self.top = top[:2]
 
     def largest(self, than: str) -> tuple[str, float] | None:
         """The largest other layer logged at this step or the one before; None if none."""
-        since = self.previous if self.previous != NO_STEP else self.step
-        best: tuple[str, float] | None = None
-        for tag, (step, value) in self.latest.items():
-            if tag != than and step >= since and (best is None or value > best[1]):
-                best = (tag, value)
+        best = next(((t, v) for v, t in self.top if t != than), None)
+        carried, latest, step = self.carried, self.latest, self.step
+        while carried and latest[carried[-1][1]][0] == step:
+            carried.pop()  # logged again at this step: its newest value is in `top`
+        for value, tag in reversed(carried):
+            if best is not None and value <= best[1]:
+                break
+            if tag != than and latest[tag][0] != step:
+                return tag, value
         return best
 
 
