@@ -63,8 +63,10 @@ class LayerGroup:
             self.carried = sorted((v, t) for t, (s, v) in self.latest.items() if s == self.step)
             self.previous, self.step, self.top = self.step, step, []
         self.latest[tag] = (step, value)
-        top = [entry for entry in self.top if entry[1] != tag]
-        top.append((value, tag))
+        if any(t == tag for _, t in self.top):  # a second value of a layer in one step
+            top = [(v, t) for t, (s, v) in self.latest.items() if s == step]
+        else:
+            top = [*self.top, (value, tag)]
         top.sort(reverse=True)
         self.top = top[:2]
 
