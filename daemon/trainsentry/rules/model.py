@@ -288,6 +288,15 @@ class AcrossRanks:
 
 
 @dataclass(frozen=True, slots=True)
+class AcrossLayers:
+    """Each layer of a run against the largest layer at the same step (rules/layers.py):
+    active under `ratio_below` × the largest; between that and `resolve_above` ×, held."""
+
+    ratio_below: float
+    resolve_above: float
+
+
+@dataclass(frozen=True, slots=True)
 class Restarts:
     """A job's new attempt (rules/attempts.py): each restart; `storm` restarts within
     `within` seconds; or the last `no_progress` restarts resumed at no later step."""
@@ -374,6 +383,7 @@ Condition = (
     | Growth
     | Spike
     | AcrossRanks
+    | AcrossLayers
     | Pattern
     | CollectiveHang
     | Restarts
