@@ -47,6 +47,11 @@ def _times(ratio: float) -> str:
     return f"×{ratio:,.0f}" if math.isfinite(ratio) and ratio >= 100 else f"×{ratio:.3g}"
 
 
+# The windows the settled pace is the typical one of: 15 of 20 intervals, the last 300
+# intervals of an every-step run, as long as most slowdowns worth a warning.
+SETTLED_WINDOWS = 15
+
+
 class ThroughputCondition(Packed):
     """Seconds per step now against the run's own baseline, by ratio and by an absolute margin.
 
@@ -62,10 +67,10 @@ class ThroughputCondition(Packed):
     """
 
     __slots__ = (
-        "baseline", "last", "learn_from", "learning", "now", "previous", "recent", "seen",
-        "settled", "spec", "steps",
+        "baseline", "first", "last", "learn_from", "learning", "now", "previous", "recent",
+        "seen", "spec", "steps", "windows",
     )  # fmt: skip
-    _packed = ("recent",)
+    _packed = ("recent", "windows")
 
     def __init__(self, spec: Throughput) -> None:
         self.spec = spec
@@ -76,7 +81,8 @@ class ThroughputCondition(Packed):
         self.learning: list[float] = []
         self.learn_from: int | None = None  # the step the window being learned began at
         self.baseline = math.nan
-        self.settled = math.inf  # the median of the last window learned after the baseline
+        self.first = math.nan  # the first window's median: the baseline is never above it
+        self.windows: deque[float] = deque(maxlen=SETTLED_WINDOWS)  # medians of later ones
         self.now = math.nan
         self.recent: deque[float] = deque(maxlen=spec.recent)
 
@@ -110,18 +116,20 @@ class ThroughputCondition(Packed):
         window = self._learn(step, per_step)
         if math.isnan(self.baseline):
             if window is not None:
-                self.baseline = window
+                self.baseline = self.first = window
             return None
-        if window is not None:
+        if window is not None and window <= spec.slowdown * self.baseline:
             # The run's settled pace, not its first steps': a warm-up slower than what
             # follows (compilation, caches filling, a data loader's first epoch) taught a
-            # baseline that a later ×3 slowdown never passes. Two windows in a row faster
-            # than the baseline lower it to the slower of the two: one window's median is
-            # already robust to jitter, and asking two keeps a lucky quiet stretch between
-            # a bursty neighbour's slices from teaching a pace the run does not hold.
-            # Never raised: a run that slows for good stays slow against what it was.
-            self.baseline = min(self.baseline, max(window, self.settled))
-            self.settled = window
+            # baseline that a later ×3 slowdown never passes. So the baseline is the
+            # typical window of the run's last ones (the upper median, so two windows
+            # lower it only when both ran faster), never above the first: one window's
+            # median is robust to jitter, and the median of many to a pace that wanders
+            # with a host's load, where the fastest stretch would make every busy minute
+            # a slowdown. A slow window is what is judged, not the pace: it is not kept.
+            self.windows.append(window)
+            if len(self.windows) >= 2:
+                self.baseline = min(self.first, sorted(self.windows)[len(self.windows) // 2])
         if self.baseline <= 0 or len(self.recent) < spec.recent:
             return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
         self.now = median(self.recent) if spec.recent > 1 else per_step
