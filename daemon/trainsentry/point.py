@@ -180,9 +180,20 @@ def no_collection() -> Iterator[None]:
             gc.enable()
 
 
+def _single(rows: list[Row]) -> bool:
+    """Whether every row holds one value (an event file's, most often): then its values
+    are made without a zip a row, twice as fast."""
+    return all(len(tags) == 1 == len(values) for _, _, tags, values in rows)
+
+
 def samples_of(rows: Iterable[Row]) -> list[Sample]:
     """The rows' values one by one, in order."""
+    rows = rows if isinstance(rows, list) else list(rows)
     with no_collection():
+        if _single(rows):
+            return [
+                _new(Sample, (tags[0], step, wall, values[0])) for step, wall, tags, values in rows
+            ]
         return [
             _new(Sample, (tag, step, wall, value))
             for step, wall, tags, values in rows
@@ -192,7 +203,13 @@ def samples_of(rows: Iterable[Row]) -> list[Sample]:
 
 def points_of(run: str, rows: Iterable[Row]) -> list[Point]:
     """The rows' values one by one with their run, in order."""
+    rows = rows if isinstance(rows, list) else list(rows)
     with no_collection():
+        if _single(rows):
+            return [
+                _new(Point, (run, tags[0], step, wall, values[0]))
+                for step, wall, tags, values in rows
+            ]
         return [
             _new(Point, (run, tag, step, wall, value))
             for step, wall, tags, values in rows
