@@ -35,7 +35,7 @@ from trainsentry.config.loader import load_config
 from trainsentry.http_api import view
 from trainsentry.rules import engine
 from trainsentry.runtime import loop as runtime
-from trainsentry.runtime import service, silence_clock
+from trainsentry.runtime import run_merge, service, silence_clock
 from trainsentry.sources import tail
 from trainsentry.state import db as state
 from trainsentry.watching import inotify
@@ -43,8 +43,9 @@ from trainsentry.watching import inotify
 STAGES: list[tuple[type, str]] = [
     (store.Store, "extend_rows"),
     (engine.Engine, "feed_rows"),
+    (run_merge.RunMerge, "add"),
     (silence_clock.SilenceClock, "arrived"),
-    (service.Service, "_deliver"),
+    (service.Service, "deliver"),
     (service.Service, "_on_cycle"),
     (view.SnapshotBoard, "refresh"),
     (runtime.Daemon, "cycle"),
@@ -139,6 +140,7 @@ def main() -> None:
         gen.start()
         assert gen.pid is not None
         time.sleep(2)
+        (Path(tmp) / "state").mkdir()  # made by the CLI before the service locks it
         svc = service.Service(load_config(None, environ={}), [root], Path(tmp) / "state")
         daemon = svc.daemon
         daemon.start()
@@ -180,7 +182,6 @@ def main() -> None:
         )
         gen.terminate()
         gen.join()
-        stats = daemon.stats
         daemon.close()
     points, elapsed = p1 - p0, t1 - t0
     cpu, writers = (c1 - c0) / elapsed, (g1 - g0) / elapsed
@@ -191,11 +192,6 @@ def main() -> None:
         file=sys.stderr,
     )
     print(clocks.table(points, elapsed), file=sys.stderr)
-    print(
-        f"alert-state snapshots: {stats.state_saves} in all, the last took "
-        f"{stats.state_save_seconds:.2f} s for {stats.state_bytes / 1e6:.1f} MB",
-        file=sys.stderr,
-    )
 
 
 if __name__ == "__main__":

@@ -91,18 +91,22 @@ class TextEvent:
     numeric path, so metrics cost what they cost without it. `line` is the
     1-based number of the event's first line in `path`; `level` is the record's
     level where the writer gave one ("error", "warning", ...), else "". `run`
-    is set by the tailer (a decoder knows only its file).
+    is set by the tailer (a decoder knows only its file). A "plain" event is many
+    lines that need no more than their text, passed on together: its one item is
+    their text, newlines between them, each line the "line" event it stands for
+    (sources/text_scan.py).
 
     Not frozen, though nothing changes one once the tailer has placed it: one is
-    built for every line of a text log, twice (decoded, then placed), and a frozen
-    dataclass is built at 0.7 µs against 0.15 (bench/ingest_text.py).
+    built for every line of a text log that needs more than its text, twice
+    (decoded, then placed), and a frozen dataclass is built at 0.7 µs against 0.15
+    (bench/ingest_text.py).
     """
 
     path: str
     line: int
     wall_time: float
     lines: tuple[str, ...]
-    kind: str = "line"  # "line" | "traceback" | "report" | "record"
+    kind: str = "line"  # "line" | "traceback" | "report" | "record" | "plain"
     level: str = ""
     run: str = ""
     # (index, character) of each line cut at MAX_LINE_CHARS: the character that followed

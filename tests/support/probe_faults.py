@@ -17,6 +17,7 @@ PROBE_RULES = (
     "layer_grad_norm_non_finite",
     "layer_grad_norm_far_above_baseline",
     "layer_gradients_stopped",
+    "layer_gradients_vanishing",
     "grad_concentration_high",
     "dead_units",
     "update_ratio_exploding",
@@ -50,6 +51,9 @@ FAULTS: dict[str, Callable[[Series], None]] = {
         run["probe/grad_norm/blocks.0.attn"], lambda d, v: v * 1.5 ** (d / 100)
     ),
     "layer_gradients_stopped": lambda run: frozen(run, "probe/grad_norm/blocks.0.attn"),
+    "layer_gradients_vanishing": lambda run: after(
+        run["probe/grad_norm/blocks.0.attn"], lambda d, v: v * 1e-9
+    ),
     "grad_concentration_high": lambda run: after(
         run["probe/grad_concentration"], lambda d, v: 300.0
     ),

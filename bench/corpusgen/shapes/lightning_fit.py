@@ -30,14 +30,14 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import grad_norm
 from torch import nn
 
-from corpusgen.shapes import task
+from corpusgen.shapes import deep, task
 from corpusgen.shapes.spec import ShapeRun, is_freeze_step, is_nan_step, lr_factor
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, width: int, lr: float, weight_decay: float, grad_norms: bool) -> None:
+    def __init__(self, net: nn.Module, lr: float, weight_decay: float, grad_norms: bool) -> None:
         super().__init__()
-        self.net = task.Body(width)
+        self.net = net
         self.lr = lr
         self.weight_decay = weight_decay
         self.grad_norms = grad_norms
@@ -104,7 +104,8 @@ def train(run: ShapeRun, run_dir: Path, monitor: task.Monitor) -> dict[str, obje
     L.seed_everything(run.seed, verbose=False)
     shape = run.spec
     data = task.clusters(run.seed, run.train_size)
-    module = Classifier(run.width, run.lr, run.weight_decay, shape.grad_norms)
+    net = deep.model_of(run.model, run.width)
+    module = Classifier(net, run.lr, run.weight_decay, shape.grad_norms)
     if run.trap == "slow_finetune":
         task.pretrain(module.net, data, run.seed)
     gen = torch.Generator().manual_seed(run.seed)

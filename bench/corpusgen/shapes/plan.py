@@ -13,6 +13,14 @@ labels replaced by random ones lifts the loss ~×5 for good; lr ×10⁴ blows
 the loss past 10⁴× its start in one step; one NaN activation poisons the
 weights; freezing all but the head stops learning without a jump; a sleep
 makes every step ×5 slower for at least six logging intervals.
+
+Shapes that log per-layer gradient norms (Lightning's grad_norm recipe) also
+train deep networks (deep.py): a 16-deep sigmoid stack without normalisation,
+whose first layers get 1e-14 of the head's gradient from step 0 (the
+vanishing-gradients fault, onset at the first step), and two healthy deep
+networks beside it, the same stack with BatchNorm and a small pre-LN
+transformer. Shapes without per-layer series do not get them: nothing they
+log would show it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,12 @@ TRAP_ARGS: dict[str, dict[str, object]] = {
     "slow_finetune": {"lr": 1e-4},
     "bursty_neighbour": {},
 }
+# only where per-layer gradient norms are logged (Shape.grad_norms)
+LAYER_TRAP_ARGS: dict[str, dict[str, object]] = {
+    "deep_batchnorm_sigmoid": {"model": "deep_bn_sigmoid"},
+    "preln_transformer": {"model": "preln_transformer"},
+}
+LAYER_FAULT_MODEL = {"vanishing_gradients": "deep_sigmoid"}
 FAULT_PARAM = {
     "divergence": 100.0,
     "level_shift": 0.1,
@@ -50,10 +64,25 @@ def build_plan(quick: bool = False, shapes: list[str] | None = None) -> list[Sha
         steps = spec.steps // 2 if quick else spec.steps
         traps = ["plain"] if quick else list(TRAP_ARGS)
         faults = ["divergence"] if quick else list(FAULT_PARAM)
+        if spec.grad_norms and not quick:
+            traps += list(LAYER_TRAP_ARGS)
+            faults += list(LAYER_FAULT_MODEL)
         for trap in traps:
-            args = TRAP_ARGS[trap]
+            args = TRAP_ARGS[trap] if trap in TRAP_ARGS else LAYER_TRAP_ARGS[trap]
             runs.append(ShapeRun(f"{shape}-healthy-{trap}", shape, trap=trap, steps=steps, **args))  # type: ignore[arg-type]
         for fault in faults:
+            if fault in LAYER_FAULT_MODEL:  # from the first step
+                runs.append(
+                    ShapeRun(
+                        f"{shape}-{fault}",
+                        shape,
+                        fault=fault,
+                        steps=steps,
+                        onset=spec.step_base,
+                        model=LAYER_FAULT_MODEL[fault],
+                    )
+                )
+                continue
             onset = _onset(shape, steps)
             duration = 0
             if fault == "slowdown":

@@ -12,8 +12,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FAULTS = ("divergence", "level_shift", "lr_jump", "nan", "frozen_layers", "slowdown")
-TRAPS = ("plain", "small_data_gap", "noisy_small_batch", "slow_finetune", "bursty_neighbour")
+FAULTS = (
+    "divergence",
+    "level_shift",
+    "lr_jump",
+    "nan",
+    "frozen_layers",
+    "slowdown",
+    "vanishing_gradients",
+)
+TRAPS = (
+    "plain",
+    "small_data_gap",
+    "noisy_small_batch",
+    "slow_finetune",
+    "bursty_neighbour",
+    "deep_batchnorm_sigmoid",
+    "preln_transformer",
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ SHAPES: dict[str, Shape] = {
     "lightning10_tb": Shape("lightning", 10, 100, 1500, 0, logger="tb"),
     "lightning1_csv": Shape("lightning", 1, 50, 600, 0, logger="csv"),
     "lightning50_gradnorm_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", grad_norms=True),
+    "lightning1_gradnorm_tb": Shape("lightning", 1, 50, 600, 0, logger="tb", grad_norms=True),
     "lightning50_lrmon_tb": Shape("lightning", 50, 250, 2500, 0, logger="tb", lr_monitor=True),
     "keras_epoch": Shape("keras", 50, 50, 2000, 1, update_freq="epoch", steps_per_epoch=50),
     "keras_batch10": Shape("keras", 10, 50, 1500, 1, update_freq=10, steps_per_epoch=50),
@@ -70,6 +87,7 @@ class ShapeRun:
     weight_decay: float = 0.0
     train_size: int = 4000
     width: int = 64
+    model: str = "body"  # deep.model_of: "body", "deep_sigmoid", "deep_bn_sigmoid", ...
     onset: int | None = None
     param: float = 0.0
     duration: int = 0

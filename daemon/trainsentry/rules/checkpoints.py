@@ -13,7 +13,10 @@ of its checkpoint root) are held against what the job logs:
   its step: overdue once it is `overdue` × the cadence past it in steps *and* in
   time. Both, so a job that slowed down (same steps, more time: throughput_drop's)
   or sped up between saves on a timer is not overdue, and a job paused between
-  two records (no steps) is not either;
+  two records (no steps) is not either. Where the first record past the
+  checkpoint came more than a cadence after it, the time counts from that record:
+  a job restarted from it (minutes to get a node, load the model) did no work in
+  between, and logs its first steps faster than its next checkpoint's files settle;
 - when one of the job's runs crashes or hangs, the same judgement at its last
   record says whether the work since the last checkpoint is lost.
 
@@ -92,6 +95,7 @@ class JobCheckpoints:
     every_seconds: float = math.nan
     intervals: int = 0  # intervals the cadence is the median of
     logged: tuple[int, float] | None = None  # the job's latest record (by stamp)
+    past: tuple[int, float] | None = None  # (a checkpoint's step, the first record past it)
 
     def saved(self, step: int, wall: float) -> bool:
         """A complete checkpoint; False for one already held (a restart's told again)."""
@@ -114,6 +118,9 @@ class JobCheckpoints:
     def note(self, step: int, wall: float) -> None:
         if self.logged is None or not wall < self.logged[1]:
             self.logged = (step, wall)
+        i = self.newest_before(step)
+        if i >= 0 and step > self.steps[i] and (self.past is None or self.past[0] != self.steps[i]):
+            self.past = (self.steps[i], wall)
 
     def newest_before(self, step: int) -> int:
         """The index of the newest checkpoint at or before `step`; -1 for none."""
@@ -129,7 +136,12 @@ class JobCheckpoints:
         i = self.newest_before(step)
         if i < 0:
             return None
-        return Lag(self.steps[i], self.walls[i], step, wall, self.every_steps, self.every_seconds)
+        since, past = self.walls[i], self.past
+        # a first record past it later than a whole cadence: the job was paused or
+        # restarted, and its work resumed there
+        if past is not None and past[0] == self.steps[i] and past[1] - since > self.every_seconds:
+            since = past[1]
+        return Lag(self.steps[i], since, step, wall, self.every_steps, self.every_seconds)
 
     def since(self, step: int, wall: float) -> str:
         """The work since the newest checkpoint before (step, wall), as a crash's page says

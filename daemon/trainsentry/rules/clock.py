@@ -62,8 +62,8 @@ class ThroughputCondition(Packed):
     """
 
     __slots__ = (
-        "baseline", "last", "learn_from", "learning", "now", "previous", "recent", "seen", "spec",
-        "steps",
+        "baseline", "last", "learn_from", "learning", "now", "previous", "recent", "seen",
+        "settled", "spec", "steps",
     )  # fmt: skip
     _packed = ("recent",)
 
@@ -74,8 +74,9 @@ class ThroughputCondition(Packed):
         self.steps = 0  # steps in the last interval
         self.seen = 0
         self.learning: list[float] = []
-        self.learn_from: int | None = None  # the step the baseline's first interval began at
+        self.learn_from: int | None = None  # the step the window being learned began at
         self.baseline = math.nan
+        self.settled = math.inf  # the median of the last window learned after the baseline
         self.now = math.nan
         self.recent: deque[float] = deque(maxlen=spec.recent)
 
@@ -106,16 +107,21 @@ class ThroughputCondition(Packed):
             return None
         spec = self.spec
         self.recent.append(per_step)  # the baseline's intervals too: judged once it is learned
+        window = self._learn(step, per_step)
         if math.isnan(self.baseline):
-            if self.learn_from is None:
-                self.learn_from = self.previous if spec.source == "clock" else step
-            self.learning.append(per_step)
-            # `learn` intervals, or fewer that cover `learn_steps` when points are sparse
-            spanned = spec.learn_steps and step - self.learn_from >= spec.learn_steps
-            if len(self.learning) >= spec.learn or (spanned and len(self.learning) >= 2):
-                self.baseline = median(self.learning)
-                self.learning = []
+            if window is not None:
+                self.baseline = window
             return None
+        if window is not None:
+            # The run's settled pace, not its first steps': a warm-up slower than what
+            # follows (compilation, caches filling, a data loader's first epoch) taught a
+            # baseline that a later ×3 slowdown never passes. Two windows in a row faster
+            # than the baseline lower it to the slower of the two: one window's median is
+            # already robust to jitter, and asking two keeps a lucky quiet stretch between
+            # a bursty neighbour's slices from teaching a pace the run does not hold.
+            # Never raised: a run that slows for good stays slow against what it was.
+            self.baseline = min(self.baseline, max(window, self.settled))
+            self.settled = window
         if self.baseline <= 0 or len(self.recent) < spec.recent:
             return None  # a zero baseline means no real clock (e.g. file mtimes): cannot judge
         self.now = median(self.recent) if spec.recent > 1 else per_step
@@ -125,6 +131,20 @@ class ThroughputCondition(Packed):
         if spec.min_gap and (per_step - self.baseline) * self.steps < spec.min_gap:
             return QUIET
         return ACTIVE if slow and self.now - self.baseline >= spec.min_increase else QUIET
+
+    def _learn(self, step: int, per_step: float) -> float | None:
+        """The median of a window of `learn` intervals (or fewer that cover `learn_steps`
+        when points are sparse) each time one fills; None meanwhile."""
+        spec = self.spec
+        if self.learn_from is None:
+            self.learn_from = self.previous if spec.source == "clock" else step
+        self.learning.append(per_step)
+        spanned = spec.learn_steps and step - self.learn_from >= spec.learn_steps
+        if len(self.learning) < spec.learn and not (spanned and len(self.learning) >= 2):
+            return None
+        window = median(self.learning)
+        self.learning, self.learn_from = [], None
+        return window
 
     def evidence(self) -> str:
         spec, now = self.spec, self.now

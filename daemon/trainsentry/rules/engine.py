@@ -35,6 +35,7 @@ from trainsentry.rules import model as m
 from trainsentry.rules.aliases import Aliases, glob_matcher
 from trainsentry.rules.clock import NoDataClock, StaleCondition, ThroughputCondition
 from trainsentry.rules.condition import Evaluator, OtherSeries, fmt, reason_of
+from trainsentry.rules.layers import AcrossLayersCondition, LayerGroup
 from trainsentry.rules.lifecycle import (
     CANCELLED,
     ESCALATED,
@@ -141,6 +142,8 @@ class _Run:
     # the rows of a step a feed of points left open (`feed_all`: another run's point
     # came between two of its values): judged with the rest of the step
     held: list[Row] = field(default_factory=list)
+    # rule name → its layers' newest values: an `across_layers` rule compares them
+    layers: dict[str, LayerGroup] = field(default_factory=dict)
 
     # the axis of the value being judged: its pair reads the other series on that axis
     axis: str = ""
@@ -249,7 +252,10 @@ class Engine:
         series: list[m.Rule] = []
         clocks: list[m.Rule] = []
         saved = tag.startswith(CHECKPOINT_PREFIX)
+        on = "epochs" if axis_of(tag) == EPOCH_AXIS else "steps"
         for rule, metrics, tags in self._selectors:
+            if rule.axis is not None and rule.axis != on:
+                continue
             if (metrics and metrics.match(canonical)) or (tags and tags.match(tag)):
                 if not isinstance(rule.condition, m.NoData):
                     series.append(rule)
@@ -435,7 +441,7 @@ class Engine:
                 continue
             before = alert.last_step, alert.last_wall
             if step < before[0]:  # the run resumed from a checkpoint: start the window afresh
-                alert.condition = make_condition(rule.condition)
+                alert.condition = self._condition(run, rule, tag)
                 before = (step, wall)
             alert.last_step, alert.last_wall, alert.value = step, wall, value
             verdict = alert.condition.update(step, wall, value, run)
@@ -541,13 +547,19 @@ class Engine:
             if alert.lifecycle.observe(m.ACTIVE, step, wall, None) in (FIRED, ESCALATED):
                 self._reconcile(run, alert, step, wall, "", out)
 
-    def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
+    def _condition(self, run: _Run, rule: m.Rule, metric: str) -> Any:
+        """A new condition of `rule` on `metric`: its own, or its seat in what it shares
+        (a comparison across the ranks of a job, the layers of its run)."""
         spec = rule.condition
-        condition = (
-            RankSeat(self._comparison(run.name, rule, metric))
-            if isinstance(spec, m.AcrossRanks)
-            else make_condition(spec)
-        )
+        if isinstance(spec, m.AcrossRanks):
+            return RankSeat(self._comparison(run.name, rule, metric))
+        if isinstance(spec, m.AcrossLayers):
+            group = run.layers.setdefault(rule.name, LayerGroup())
+            return AcrossLayersCondition(spec, metric, group)
+        return make_condition(spec)
+
+    def _new_alert(self, run: _Run, rule: m.Rule, metric: str, canonical: str) -> Alert:
+        condition = self._condition(run, rule, metric)
         alert = Alert(
             rule, run.name, metric, canonical, condition,
             Lifecycle(rule.for_, rule.keep_firing_for),

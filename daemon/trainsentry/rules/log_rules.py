@@ -67,6 +67,7 @@ from trainsentry.rules.pattern_set import (
     line_of,
     match_text,
     search,
+    text_anchored,
 )
 from trainsentry.rules.run_life import (
     PROBE,
@@ -78,6 +79,7 @@ from trainsentry.rules.run_life import (
     life_event,
 )
 from trainsentry.rules.telling import telling
+from trainsentry.sources.text_scan import PLAIN, plain_events
 
 LOG_METRIC = "log"  # the metric of a pattern alert: the run's text logs
 ATTEMPTS_METRIC = "attempts"  # the metric of a restarts alert: the job's attempts
@@ -141,6 +143,8 @@ class LogEngine:
         saves = [(r, r.condition) for r in every if isinstance(r.condition, m.Checkpoints)]
         self.overdue_rules = tuple(r for r, c in saves if not c.lost)
         self.lost_rules = tuple(r for r, c in saves if c.lost)
+        line_rules = self._for("line", "")[0]
+        self._anchored_line_rules = any(text_anchored(c.regex) for *_, c in line_rules)
 
     def _for(self, kind: str, level: str) -> _Applicable:
         """The rules for events of this kind and level, and their regexes as one set
@@ -189,33 +193,55 @@ class LogEngine:
         latest = -math.inf
         for event in events:
             latest = max(latest, event.wall_time)
-            run = self._run(event.run)
-            life = run.life
-            step, wall = life.step, event.wall_time
-            rules, together = self._for(event.kind, event.level)
-            text = match_text(event)
-            hits = together.matching(text)
-            if not hits:  # a progress line: one scan, and done
-                if run.alerts and run.timed != (step, wall):
-                    self._timers(run, step, wall, out)
-                    run.timed = (step, wall)
-                continue
-            matched = False
-            for hit in hits:
-                rule, regex, cond = rules[hit]
-                if cond.fallback and matched:
-                    continue
-                match = search(regex, event, text)
-                if match is None:
-                    continue  # the set saw it across a cut line's cut, where it is not
-                matched = matched or not cond.fallback
-                if cond.collective_timeout and self._held(rule, event, step, wall):
-                    continue
-                self._matched(run, rule, event, match, step, wall, out)
-            self._timers(run, step, wall, out)
+            if event.kind != PLAIN:
+                self._judge(event, out)
+            elif self._plain_matches(event):  # some line of them matched: judged one by one
+                for line in plain_events(event):
+                    self._judge(line, out)
+            else:  # the progress lines of a read: one scan, and done
+                self._unmatched(self._run(event.run), event.wall_time, out)
         if self.hang.waiting:
             self.tick(latest, out)
         return out
+
+    def _plain_matches(self, event: TextEvent) -> bool:
+        """Whether a pattern rule may match one of a plain event's lines: its text in one
+        scan, the same set of regexes as a line of no level (sources/text_scan.py). A
+        regex anchored at the text's ends (`\\A`, `\\z`, `(?-m)`) matches a line where it
+        would not match the same line among others: its lines are judged one by one."""
+        if self._anchored_line_rules:
+            return True
+        return bool(self._for("line", "")[1].matching(event.lines[0]))
+
+    def _unmatched(self, run: _Run, wall: float, out: list[Transition]) -> None:
+        """An event no rule matched: only the run's alerts' timers may have moved."""
+        step = run.life.step
+        if run.alerts and run.timed != (step, wall):
+            self._timers(run, step, wall, out)
+            run.timed = (step, wall)
+
+    def _judge(self, event: TextEvent, out: list[Transition]) -> None:
+        run = self._run(event.run)
+        step, wall = run.life.step, event.wall_time
+        rules, together = self._for(event.kind, event.level)
+        text = match_text(event)
+        hits = together.matching(text)
+        if not hits:  # a progress line: one scan, and done
+            self._unmatched(run, wall, out)
+            return
+        matched = False
+        for hit in hits:
+            rule, regex, cond = rules[hit]
+            if cond.fallback and matched:
+                continue
+            match = search(regex, event, text)
+            if match is None:
+                continue  # the set saw it across a cut line's cut, where it is not
+            matched = matched or not cond.fallback
+            if cond.collective_timeout and self._held(rule, event, step, wall):
+                continue
+            self._matched(run, rule, event, match, step, wall, out)
+        self._timers(run, step, wall, out)
 
     # --- a collective hang, named by the rank the others waited for (hang.py) ---
 

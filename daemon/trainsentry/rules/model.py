@@ -288,6 +288,15 @@ class AcrossRanks:
 
 
 @dataclass(frozen=True, slots=True)
+class AcrossLayers:
+    """Each layer of a run against the largest layer at the same step (rules/layers.py):
+    active under `ratio_below` × the largest; between that and `resolve_above` ×, held."""
+
+    ratio_below: float
+    resolve_above: float
+
+
+@dataclass(frozen=True, slots=True)
 class Restarts:
     """A job's new attempt (rules/attempts.py): each restart; `storm` restarts within
     `within` seconds; or the last `no_progress` restarts resumed at no later step."""
@@ -374,6 +383,7 @@ Condition = (
     | Growth
     | Spike
     | AcrossRanks
+    | AcrossLayers
     | Pattern
     | CollectiveHang
     | Restarts
@@ -395,6 +405,9 @@ class Rule:
     message: str | None = None  # str.format template; see lifecycle.MESSAGE_FIELDS
     runbook: str | None = None
     min_step: int = 0  # points before this step are not evaluated
+    # only series on this axis (engine.axis_of): a pace measured in steps means nothing
+    # on Keras' per-epoch series, whose steps are epochs; None for every series
+    axis: Literal["steps", "epochs"] | None = None
     actions: tuple[Action, ...] = ()  # run once when the alert first fires
     origin: str = field(default="", compare=False)  # "file:line" for humans
 

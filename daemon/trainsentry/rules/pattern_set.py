@@ -142,6 +142,17 @@ class PatternSet:
         return found
 
 
+# `\A`, `\z` (an escape, not an escaped backslash before a letter) or a flag group that
+# turns `(?m)` off: the regex sees where the text starts or ends, not only its lines
+_TEXT_ANCHOR = re.compile(r"(?<!\\)(?:\\\\)*\\[Az]|\(\?[a-zA-Z]*-[a-zA-Z]*m[a-zA-Z]*[:)]")
+
+
+def text_anchored(regex: str) -> bool:
+    """Whether `regex` may match a line alone and not the same line among others (a
+    match at the text's start or end): such a rule judges plain lines one by one."""
+    return _TEXT_ANCHOR.search(regex) is not None
+
+
 def match_text(event: TextEvent) -> str:
     """The text the patterns run on: the event's lines, each cut one followed by the
     character that followed its cut (the context `search` keeps out of any match)."""

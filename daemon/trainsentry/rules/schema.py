@@ -266,6 +266,17 @@ class AcrossRanksSpec(Strict):
         return self
 
 
+class AcrossLayersSpec(Strict):
+    ratio_below: float = Field(gt=0, lt=1)
+    resolve_above: float | None = Field(None, lt=1)
+
+    @model_validator(mode="after")
+    def _band(self) -> AcrossLayersSpec:
+        if self.resolve_above is not None and self.resolve_above < self.ratio_below:
+            raise ValueError("`resolve_above` is at least `ratio_below`")
+        return self
+
+
 class PatternSpec(Strict):
     regex: str = Field(min_length=1)
     level: str | list[str] | None = None
@@ -328,6 +339,7 @@ CONDITIONS: dict[str, type[Strict]] = {
     "growth": GrowthSpec,
     "spike": SpikeSpec,
     "across_ranks": AcrossRanksSpec,
+    "across_layers": AcrossLayersSpec,
     "pattern": PatternSpec,
     "collective_hang": CollectiveHangSpec,
     "restarts": RestartsSpec,
@@ -358,6 +370,7 @@ class RuleSpec(Strict):
     message: str | None = None
     runbook: str | None = None
     min_step: int = Field(0, ge=0)
+    axis: Literal["steps", "epochs"] | None = None
     actions: list[Literal["stop"] | CommandActionSpec] = []
     enabled: bool = True
     non_finite: NonFiniteSpec | None = None
@@ -372,6 +385,7 @@ class RuleSpec(Strict):
     growth: GrowthSpec | None = None
     spike: SpikeSpec | None = None
     across_ranks: AcrossRanksSpec | None = None
+    across_layers: AcrossLayersSpec | None = None
     pattern: PatternSpec | None = None
     collective_hang: CollectiveHangSpec | None = None
     restarts: RestartsSpec | None = None
@@ -466,6 +480,8 @@ class RuleSpec(Strict):
             fields["min_late"] = fields["min_late"].amount
         if kind == "restarts" and fields["within"] is not None:
             fields["within"] = fields["within"].amount
+        if kind == "across_layers" and fields["resolve_above"] is None:
+            fields["resolve_above"] = fields["ratio_below"]
         if kind == "growth" and fields["critical_within"] is not None:
             fields["critical_within"] = fields["critical_within"].amount
         if kind == "pattern":
@@ -493,6 +509,7 @@ class RuleSpec(Strict):
             message=self.message,
             runbook=self.runbook,
             min_step=self.min_step,
+            axis=self.axis,
             actions=tuple(_action(a) for a in self.actions),
             origin=origin,
         )
@@ -511,6 +528,7 @@ _DATACLASSES: dict[str, Any] = {
     "growth": m.Growth,
     "spike": m.Spike,
     "across_ranks": m.AcrossRanks,
+    "across_layers": m.AcrossLayers,
     "pattern": m.Pattern,
     "collective_hang": m.CollectiveHang,
     "restarts": m.Restarts,

@@ -129,24 +129,33 @@ class Lines:
 
         The first line's number is then `number - len(lines) + 1` (`first`)."""
         raw = data if isinstance(data, bytes) else bytes(data)
+        end, start, count, cut = self.span(raw)
+        if not count:
+            return end, start, [], cut
+        lines = raw[start:end].split(b"\n")
+        lines.pop()
+        return end, start, lines, cut
+
+    def span(self, raw: bytes) -> tuple[int, int, int, DecodeError | None]:
+        """As `split`, with how many lines `raw[start:end]` holds in place of the lines:
+        for a decoder that reads them where they lie (textlog.py)."""
         start = 0
         if self.skipping:
             newline = raw.find(b"\n")
             if newline < 0:
-                return len(raw), len(raw), [], None
+                return len(raw), len(raw), 0, None
             self.skipping, start = False, newline + 1
             self.number += 1  # the skipped line ends here
         end = raw.rfind(b"\n") + 1
         if end <= start:
             if len(raw) - start < MAX_RECORD_BYTES:
-                return start, start, [], None
+                return start, start, 0, None
             self.skipping = True
             why = f"a line longer than {MAX_RECORD_BYTES >> 20} MB, the record limit: skipped"
-            return len(raw), len(raw), [], DecodeError(start, why, self.number + 1)
-        lines = raw[start:end].split(b"\n")
-        lines.pop()
-        self.number += len(lines)
-        return end, start, lines, None
+            return len(raw), len(raw), 0, DecodeError(start, why, self.number + 1)
+        count = raw.count(b"\n", start, end)
+        self.number += count
+        return end, start, count, None
 
     def first(self, lines: list[bytes]) -> int:
         """The line number of the first of the lines `split` just returned."""

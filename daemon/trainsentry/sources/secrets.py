@@ -22,29 +22,40 @@ import re
 
 MASK = "****"
 
+# Python's `\s` spelt out, so that RE2 (whose `\s` is ASCII) reads these patterns as
+# Python does where it matters: the text scan (text_scan.py) runs them over whole
+# reads to find the lines that need masking, and must find every one
+_SPACE = "[\\s\x0b\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+
 # (pattern, replacement): applied in order to each line
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+_SHAPES: tuple[tuple[str, str], ...] = (
     # user:password@ in a URL (https://user:pw@host, postgres://u:p@db)
-    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), rf"\1{MASK}@"),
+    (r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", rf"\1{MASK}@"),
     # HTTP authorization headers and their look-alikes
-    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1\2{MASK}"),
+    (rf"(?i)\b(bearer|basic)({_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}", rf"\1\2{MASK}"),
     # key=value and key: value pairs whose key says it is secret
     (
-        re.compile(
-            r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
-            r"[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]{3,})"
-        ),
+        r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
+        rf"[\"']?{_SPACE}*[=:]{_SPACE}*[\"']?)([^\s\"',;&]{{3,}})",
         rf"\1{MASK}",
     ),
     # issuer-shaped tokens
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), f"hf_{MASK}"),
-    (re.compile(r"\b(gh[pousr]_)[A-Za-z0-9]{20,}"), rf"\1{MASK}"),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), f"github_pat_{MASK}"),
-    (re.compile(r"\b(sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"), rf"\1{MASK}"),
-    (re.compile(r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}"), rf"\1{MASK}"),
-    (re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"), rf"\1{MASK}"),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), f"jwt-{MASK}"),
+    (r"\bhf_[A-Za-z0-9]{20,}", f"hf_{MASK}"),
+    (r"\b(gh[pousr]_)[A-Za-z0-9]{20,}", rf"\1{MASK}"),
+    (r"\bgithub_pat_[A-Za-z0-9_]{20,}", f"github_pat_{MASK}"),
+    (r"\b(sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}", rf"\1{MASK}"),
+    (r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}", rf"\1{MASK}"),
+    (r"\b(AKIA|ASIA)[A-Z0-9]{16}\b", rf"\1{MASK}"),
+    (r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}", f"jwt-{MASK}"),
 )
+_RULES = tuple((re.compile(shape), replacement) for shape, replacement in _SHAPES)
+# The shapes as RE2 reads them, a line that holds none of them needs no masking. RE2's
+# `\b`, `\w` and negated `\s` are ASCII, Python's Unicode: each finds a match wherever
+# Python's does (an ASCII word character has a boundary before it wherever Python
+# sees one), so RE2 may send a line to be masked that needs none, never the reverse.
+# A line cut at the line limit can match where the whole line does not (`AKIA...\b`
+# at the cut): such a line is masked once cut, when its event is made (text_scan.py).
+SECRET_SHAPES = tuple(shape for shape, _ in _SHAPES)
 # A line with none of these cannot hold a secret of the shapes above: most lines
 # skip the regexes altogether (a fleet's stdout is mostly progress bars). Searched in
 # the lowered line: a case-blind alternation costs ~10x as much in Python's re (8.8

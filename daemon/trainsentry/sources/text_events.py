@@ -37,7 +37,7 @@ MAX_LINE_CHARS = 2000  # a longer line is cut: alerts quote lines, they do not a
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TRACEBACK = "Traceback (most recent call last):"
-_CHAINS = (
+CHAINS = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
 )
@@ -50,14 +50,16 @@ _CONTINUES_EXCEPTION = re.compile(
 # `[E1202 13:00:00.123456 1234 ProcessGroupNCCL.cpp:1234]` (newer)
 _GLOG = r"\[[EF][\d\s:.]*\s+\S+\.(?:cpp|cc|h):\d+\]"
 # the first line of a C++ / c10d report, and the lines that continue one
-_REPORT_START = re.compile(rf"^(?:{_GLOG}|terminate called after throwing|Fatal Python error:)")
+REPORT_START = rf"^(?:{_GLOG}|terminate called after throwing|Fatal Python error:)"
+_REPORT_START = re.compile(REPORT_START)
 _REPORT_FIRST = frozenset("[tF")  # what a report's first line can start with, tested first
 _CONTINUES_REPORT = re.compile(
     rf"^(?:\s|{_GLOG}|frame #\d+|Exception raised from |what\(\):|Thread 0x|Current thread 0x"
     r"|Stack \(most recent call first\)|Extension modules:|Fatal Python error:|\S+, line \d+ in "
     r"|terminate called after throwing)"
 )
-_LEVEL = re.compile(r"\b(CRITICAL|FATAL|ERROR|WARNING|WARN)\b")
+LEVEL_WORDS = "CRITICAL|FATAL|ERROR|WARNING|WARN"  # what `level_of` looks for
+_LEVEL = re.compile(rf"\b({LEVEL_WORDS})\b")
 
 IDLE, FRAMES, EXCEPTION, REPORT = "idle", "frames", "exception", "report"
 
@@ -122,13 +124,13 @@ class Grouper:
             self._idle(number, line, bare, out, after)
             return
         if state == FRAMES:
-            if bare.strip() and not bare[0].isspace() and bare != TRACEBACK and bare not in _CHAINS:
+            if bare.strip() and not bare[0].isspace() and bare != TRACEBACK and bare not in CHAINS:
                 self.state = EXCEPTION  # the exception line
             self._hold(line, after)
         elif state == EXCEPTION:
             if not bare.strip():
                 self.blanks += 1
-            elif bare in _CHAINS or bare == TRACEBACK:
+            elif bare in CHAINS or bare == TRACEBACK:
                 self.held.extend([""] * self.blanks)
                 self._hold(line, after)
                 self.blanks, self.state = 0, FRAMES
@@ -153,7 +155,7 @@ class Grouper:
             self.cuts.append((len(self.held) - 1, after))
 
     def _idle(self, number: int, line: str, bare: str, out: list[Grouped], after: str) -> None:
-        if bare == TRACEBACK or bare in _CHAINS:
+        if bare == TRACEBACK or bare in CHAINS:
             self.state, self.start, self.held = FRAMES, number, []
             self._hold(line, after)
         elif bare[:1] in _REPORT_FIRST and _REPORT_START.match(bare):

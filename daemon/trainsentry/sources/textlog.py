@@ -12,7 +12,8 @@ once, and the decision is part of the snapshot (a restart resumes as before):
   message (`message`, `msg`, `event`) or a level becomes a text event too,
   its level (`level`, `levelname`, `severity`) kept, its exception text
   (`exc_info`, `exception`, `stack_info`, `traceback`) as further lines;
-- anything else → text: lines grouped into events (text_events.py).
+- anything else → text: lines grouped into events (text_events.py), the
+  plain lines between them passed on together (text_scan.py).
 
 Every line is masked for secrets (secrets.py) before it leaves this module.
 """
@@ -32,12 +33,14 @@ from trainsentry.sources.csvlog import CsvDecoder
 from trainsentry.sources.jsonl import JsonlDecoder
 from trainsentry.sources.secrets import mask_secrets
 from trainsentry.sources.text_events import Grouped, Grouper, clean, level_of
+from trainsentry.sources.text_scan import next_worked, plain_event
 
 _CSV_HEADER = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*(?:[,;\t][A-Za-z_][A-Za-z0-9_./-]*)+\r?$")
 _MESSAGE_KEYS = ("message", "msg", "event")
 _LEVEL_KEYS = ("level", "levelname", "severity", "log.level")
 _DETAIL_KEYS = ("exc_info", "exception", "stack_info", "traceback", "stack")
 _LEVELS = {"warn": "warning", "fatal": "critical", "err": "error", "crit": "critical"}
+_ALONE = 63  # lines read one by one at most between two scans (TextDecoder.feed)
 
 
 def sniff(first_line: bytes) -> str:
@@ -64,18 +67,46 @@ class TextDecoder:
         self._held_wall = math.nan  # when the lines of a held event were read
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
-        end, _, lines, cut = self._lines.split(data)
+        raw = data if isinstance(data, bytes) else bytes(data)
+        end, pos, count, cut = self._lines.span(raw)
         result = Decoded(consumed=end)
         if cut is not None:
             result.errors.append(cut)
+        events = result.events
         found: list[Grouped] = []
         grouper = self._grouper
-        for number, raw in enumerate(lines, self._lines.first(lines)):
-            text, after = clean(raw.decode("utf-8", "replace"))
+        number = self._lines.number - count + 1
+        # Where lines that need Python come in a row, a scan a line costs more than it
+        # saves (3 µs): after a scan that found the very line it started at, the lines
+        # after it are read one by one (1, 3, 7, ... up to _ALONE, a plain one among them
+        # making the line event it stands for) before the next scan.
+        alone = streak = 0
+        while pos < end:
+            if alone:
+                alone -= 1
+            elif not grouper.holding:  # plain lines up to the next that needs Python
+                worked = next_worked(raw, pos, end)
+                if worked == pos:
+                    alone = streak = min(2 * streak + 1, _ALONE)
+                else:
+                    streak = 0
+                if worked > pos:
+                    text, worked = _plain_text(raw, pos, worked)
+                    if text and not text.isspace():
+                        events.append(plain_event(text, number, file_time))
+                    number += raw.count(b"\n", pos, worked)
+                    pos = worked
+                    if pos >= end:
+                        break
+            newline = raw.index(b"\n", pos)
+            text, after = clean(raw[pos:newline].decode("utf-8", "replace"))
             grouper.push(number, mask_secrets(text), found, after)
-        if lines and grouper.holding:
+            if found:
+                events.extend(_event(g, file_time) for g in found)
+                found.clear()
+            number, pos = number + 1, newline + 1
+        if count and grouper.holding:
             self._held_wall = file_time
-        result.events = [_event(g, file_time) for g in found]
         return result
 
     @property
@@ -99,6 +130,16 @@ class TextDecoder:
 
     def continue_from(self, previous: dict[str, Any]) -> None:
         """A log rewritten in place (copytruncate) is a new log: read from its first line."""
+
+
+def _plain_text(raw: bytes, pos: int, end: int) -> tuple[str, int]:
+    """The plain lines `raw[pos:end]` decoded, and where they end: before the first line
+    that is not UTF-8, which is read line by line (its bad bytes replaced)."""
+    try:
+        return raw[pos : end - 1].decode("utf-8"), end
+    except UnicodeDecodeError as exc:
+        bad = raw.rfind(b"\n", pos, pos + exc.start) + 1 or pos
+        return raw[pos : max(pos, bad - 1)].decode("utf-8"), bad
 
 
 def _event(g: Grouped, file_time: float) -> TextEvent:

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from trainsentry.point import TextEvent
+from trainsentry.sources.text_scan import PLAIN, plain_lines
 
 LINES_PER_RUN = 100
 BUNDLE_LINES = 50  # lines an incident bundle quotes
@@ -38,6 +39,9 @@ class LogLines:
                 ring = self._runs.get(run)
                 if ring is None:
                     ring = self._runs[run] = deque(maxlen=self._per_run)
+            if event.kind == PLAIN:  # many lines: only the last can stay
+                ring.extend((event.path, n, text) for n, text in plain_lines(event, self._per_run))
+                continue
             for k, text in enumerate(event.lines):
                 ring.append((event.path, event.line + k, text))
 

@@ -50,6 +50,24 @@ def test_hf_checkpoints_above_the_run_that_logs_are_overdue_once() -> None:
     assert fired(points) == [("checkpoint_overdue", "out", 3510)]
 
 
+def test_a_job_restarted_from_its_checkpoint_is_not_overdue_while_its_next_ones_settle() -> None:
+    """Restarted 10 minutes after its checkpoint at step 20, the job logs 20 steps in a
+    fifth of a second, before its next checkpoints' files have settled: the restart's
+    minutes were no work at risk, so nothing is overdue."""
+    first = [Point("out/runs/a", "train/loss", s, T0 + s, 1.0) for s in range(21)]
+    saved = [
+        Point("out", tag, s, T0 + s + 0.5, value)
+        for s in range(5, 21, 5)
+        for tag, value in (("checkpoint/step", float(s)), ("checkpoint/bytes", 4e9))
+    ]
+    resumed = [Point("out/runs/b", "train/loss", s, T0 + 620 + s / 100, 1.0) for s in range(21, 41)]
+    # its checkpoints 25 to 40, told once their files settled, 5 s after the burst
+    settled = [
+        p._replace(wall_time=T0 + 625 + p.step / 100) for p in checkpoints("out", range(25, 41, 5))
+    ]
+    assert fired(first + saved + resumed + settled) == []
+
+
 def test_a_checkpoint_row_is_no_record_of_the_run() -> None:
     """A checkpoint told after the run's last record (its files settled) neither rewinds the
     run into a restart nor moves its step; a run holding only checkpoints never goes quiet

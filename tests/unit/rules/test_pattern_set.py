@@ -14,6 +14,7 @@ from trainsentry.rules.loader import RuleFileError, load_rules
 from trainsentry.rules.log_rules import LogEngine
 from trainsentry.rules.pattern_set import PatternError, PatternSet, compile_regex
 from trainsentry.sources.text_events import MAX_LINE_CHARS
+from trainsentry.sources.text_scan import PLAIN, plain_events
 from trainsentry.sources.textlog import LogDecoder, TextDecoder
 
 
@@ -29,10 +30,12 @@ def engine_with(tmp_path: Path, *regexes: str) -> LogEngine:
 
 
 def read(data: bytes, decoder: TextDecoder | LogDecoder | None = None) -> list[TextEvent]:
-    """The events a real text decoder makes of `data`, placed in run "run"."""
+    """The events a real text decoder makes of `data`, placed in run "run"; plain lines
+    passed on together taken as the line events they stand for."""
     decoder = decoder or TextDecoder()
     got = decoder.feed(data, at_eof=True, file_time=100.0)
-    events = list(got.events) + decoder.let_go()
+    events = [x for e in got.events for x in (plain_events(e) if e.kind == PLAIN else [e])]
+    events += decoder.let_go()
     for event in events:
         event.run, event.path = "run", "/logs/run/stdout.log"
     return events
@@ -141,3 +144,24 @@ def test_a_held_event_keeps_its_cuts_across_a_restart() -> None:
     restored.restore(decoder.snapshot())
     [event] = read(b"KeyError: 'z'\n", restored)
     assert event.cuts == ((1, "z"),) and event.lines[-1] == "KeyError: 'z'"
+
+
+def test_the_rules_judge_a_plain_event_as_its_lines(tmp_path: Path) -> None:
+    """One scan of the text; the line that matched is judged alone, with its own number.
+    A regex anchored at the text's start (`\\A`) matches a line alone, not among others:
+    its lines are judged one by one."""
+    text = "step 1\nDisk quota exceeded on /ckpt\nstep 2"
+    event = TextEvent("/logs/x.log", 40, 1.0, (text,), PLAIN, run="x")
+    [fired] = engine_with(tmp_path, "quota exceeded").feed([event])
+    assert fired.log is not None and fired.log["line"] == 41
+    assert engine_with(tmp_path, "nothing like it").feed([event]) == []
+    [anchored] = engine_with(tmp_path, "\\Astep 2").feed([event])
+    assert anchored.log is not None and anchored.log["line"] == 42
+
+
+def test_the_default_pack_fires_on_a_plain_event_as_on_its_lines() -> None:
+    text = "step 1\nslurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***"
+    event = TextEvent("/logs/x.log", 1, 1.0, (text,), PLAIN, run="x")
+    alone = LogEngine(load_rules()).feed(plain_events(event))
+    together = LogEngine(load_rules()).feed([event])
+    assert [t.rule for t in together] == [t.rule for t in alone] == ["slurm_cancelled"]

@@ -180,6 +180,12 @@ def fault_memorising(run: Series) -> None:
     after(run["eval/loss"], lambda d, v: 2.0 * v + d / 2000)
 
 
+def fault_memorising_gap(run: Series) -> None:
+    """Training fitted to near zero, validation ~60 % above its best (0.94) and staying."""
+    after(run["train/loss"], lambda d, v: 0.02)
+    after(run["eval/loss"], lambda d, v: 1.5)
+
+
 def fault_lr_zero(run: Series) -> None:
     after(run["train/learning_rate"], lambda d, v: 0.0)
 
@@ -282,6 +288,7 @@ FAULTS = {
     "val_loss_stagnation": fault_val_stagnation,
     "overfitting": fault_overfitting,
     "overfitting_severe": fault_memorising,
+    "overfitting_gap": fault_memorising_gap,
     "lr_stuck_at_zero": fault_lr_zero,
     "vanishing_gradients": fault_vanishing,
     "update_ratio_collapsed": fault_update_ratio,

@@ -86,7 +86,7 @@ def test_every_error_in_the_file_is_reported_at_once_in_line_order(tmp_path: Pat
         "rules.yaml:7:18: expected a number, got 'abc'",
         "rules.yaml:8:5: a rule needs exactly one condition (non_finite, threshold, plateau, "
         "rise, pair, baseline, throughput, no_data, stale, growth, spike, across_ranks, "
-        "pattern, collective_hang, restarts, checkpoints); found none",
+        "across_layers, pattern, collective_hang, restarts, checkpoints); found none",
         "rules.yaml:12:14: unknown placeholder {valu} in message; known: canonical, evidence, "
         "labels, line, match, metric, path, rule, run, runbook, severity, step, value, wall_time",
     ]

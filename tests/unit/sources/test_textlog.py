@@ -12,6 +12,7 @@ import pytest
 from trainsentry.point import TextEvent
 from trainsentry.sources.discover import Root, classify
 from trainsentry.sources.tail import FileTail
+from trainsentry.sources.text_scan import PLAIN, plain_events
 from trainsentry.sources.textlog import LogDecoder, TextDecoder
 
 CHAINED = """
@@ -42,7 +43,12 @@ def events_of(data: bytes, chunks: int = 1) -> list[TextEvent]:
         got = decoder.feed(pending, at_eof=start + size >= len(data), file_time=1.0)
         pending = pending[got.consumed :]
         events += got.events
-    return events
+    return each(events)
+
+
+def each(events: list[TextEvent]) -> list[TextEvent]:
+    """The events with plain lines passed on together as the line events they stand for."""
+    return [x for e in events for x in (plain_events(e) if e.kind == PLAIN else [e])]
 
 
 def test_a_real_chained_traceback_is_one_event_from_its_first_line_to_its_last_exception() -> None:
@@ -68,7 +74,7 @@ def test_a_traceback_cut_by_a_restart_resumes_whole_from_the_snapshot() -> None:
     cut = data.index(b"KeyError")
     first = TextDecoder()
     got = first.feed(data[:cut], at_eof=True, file_time=1.0)
-    assert [e.kind for e in got.events] == ["line"]  # the frames are held, not let go
+    assert [e.kind for e in each(got.events)] == ["line"]  # the frames are held, not let go
     second = TextDecoder()
     second.restore(json.loads(json.dumps(first.snapshot())))
     rest = second.feed(data[got.consumed :], at_eof=True, file_time=1.0).events
@@ -195,7 +201,7 @@ def test_a_chained_traceback_split_between_two_reads_is_one_event(marker: bytes)
     assert decoder.holding  # the exception line before the cut may be continued
     second = decoder.feed(data[cut:], at_eof=True, file_time=2.0).events
     held = decoder.let_go()  # nothing follows: the log went quiet
-    events = first + second + held
+    events = each(first + second + held)
     assert [e.kind for e in events] == ["line", "traceback"]
     crash = events[1]
     assert crash.lines[0] == "Traceback (most recent call last):"
@@ -213,7 +219,7 @@ def test_the_last_traceback_of_a_finished_log_is_let_go_by_replay(tmp_path: Path
     run.mkdir()
     data = stderr_of(CHAINED)
     (run / "stderr.log").write_bytes(data[: data.rindex(b"step 2 never logged")])
-    events = list(iter_events([run]))
+    events = each(list(iter_events([run])))
     assert [e.kind for e in events] == ["line", "traceback"]
     assert events[1].lines[-1] == "ValueError: no checkpoint to resume from"
 
@@ -234,7 +240,7 @@ def test_a_log_of_many_ranks_gives_each_rank_its_own_events(tmp_path: Path) -> N
     tail = FileTail(found[0])
     got = tail.read()
     got.events.extend(tail.let_go())
-    runs = [(e.run, e.kind) for e in got.events]
+    runs = [(e.run, e.kind) for e in each(got.events)]
     assert runs == [
         ("exp", "line"),
         ("exp/rank2", "traceback"),
