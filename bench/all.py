@@ -124,13 +124,15 @@ def event_rows(quick: bool, timeout: float) -> list[Row]:
 _TEXT_OURS = re.compile(r"^\s*trainsentry\b.*?([\d.]+) MB/s\s*$", re.M)
 _TEXT_NAIVE = re.compile(r"^\s*naive\b.*?([\d.]+) MB/s\s*$", re.M)
 _TEXT_SIZE = re.compile(r"^text log: ([\d,]+) MB", re.M)
+# the issue's target is per core: taken from this line where the bench prints it
+_TEXT_CPU = re.compile(r"per CPU-second.*?trainsentry ([\d.]+) MB, naive ([\d.]+) MB")
 
 
 def text_rows(quick: bool, timeout: float) -> list[Row]:
     """bench/ingest_text.py: MB/s against the naive loop, read from its printed lines."""
     ran = run("ingest_text.py", ["--quick"] if quick else [], timeout, wants_json=False)
     work = "job stdout, the default pack"
-    target = "≥ 100 MB/s and ≥ 10× naive"
+    target = "≥ 100 MB/s a core and ≥ 10× naive"
     if ran.why:
         return [Row(work, ran.why, "", "", target)]
     ours, naive = _TEXT_OURS.search(ran.printed), _TEXT_NAIVE.search(ran.printed)
@@ -139,10 +141,13 @@ def text_rows(quick: bool, timeout: float) -> list[Row]:
     size = _TEXT_SIZE.search(ran.printed)
     if size:
         work += f", {size.group(1)} MB"
-    mine, theirs = float(ours.group(1)), float(naive.group(1))
+    mine, theirs, unit = float(ours.group(1)), float(naive.group(1)), "MB/s"
+    per_cpu = _TEXT_CPU.search(ran.printed)
+    if per_cpu:
+        mine, theirs, unit = float(per_cpu.group(1)), float(per_cpu.group(2)), "MB per CPU-s"
     ok = mine >= 100 and mine >= 10 * theirs
-    return [Row(work, f"{mine:.1f} MB/s", f"naive loop, every pattern on every line: "
-                f"{theirs:.1f} MB/s", f"{mine / theirs:.2f}× naive",
+    return [Row(work, f"{mine:.1f} {unit}", f"naive loop, every pattern on every line: "
+                f"{theirs:.1f} {unit}", f"{mine / theirs:.2f}× naive",
                 f"{target}: {_met(ok)}")]  # fmt: skip
 
 
