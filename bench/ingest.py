@@ -256,6 +256,9 @@ def main() -> None:
         help="best of N runs per reader (a shared machine is noisy)",
     )
     parser.add_argument(
+        "--json", type=Path, help="also write each reader's result to this file (bench/all.py)"
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("READER", "DIR", "KIND"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -267,6 +270,7 @@ def main() -> None:
     readers = [r for r in args.readers.split(",") if r]
     print("ratios are trainsentry's speed over the peer's (>1: trainsentry is faster); the")
     print("per-CPU-second rate is the fairer one on a shared machine (load average shown)")
+    found: dict[str, dict[str, Any]] = {}
     for kind in args.kinds.split(","):
         directory = dataset(kind, points)
         size = event_file(directory).stat().st_size
@@ -276,10 +280,12 @@ def main() -> None:
         print(f"{'reader':<12} {'points/s':>9} {'per cpu-s':>9} {'wall s':>7} {'cpu s':>7} "
               f"{'peak MiB':>8} {'+reading':>8} {'ratio':>6} {'cpu ratio':>9}")  # fmt: skip
         rates: dict[str, tuple[float, float]] = {}
+        found[kind] = {"points": points, "load": load, "readers": {}}
         for reader in readers:
             runs = [run_child(reader, directory, kind) for _ in range(max(args.repeat, 1))]
             done = [r for r in runs if not isinstance(r, str)]
             result = min(done, key=lambda r: r["seconds"]) if done else runs[0]
+            found[kind]["readers"][reader] = result
             if isinstance(result, str):
                 print(f"{reader:<12} skipped: {result}")
                 continue
@@ -295,6 +301,8 @@ def main() -> None:
                   f"{ours[0] / rate:>5.1f}x {ours[1] / per_cpu:>8.1f}x")  # fmt: skip
         if args.profile:
             profile(directory, kind)
+    if args.json:
+        args.json.write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

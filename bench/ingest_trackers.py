@@ -20,6 +20,7 @@ Files are cached under bench/.cache/ (git-ignored).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import struct
@@ -119,11 +120,15 @@ def wandb_points(path: Path) -> tuple[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--json", type=Path, help="also write each store's result to this file (bench/all.py)"
+    )
     args = parser.parse_args()
     steps = 10_000 if args.quick else 100_000
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "daemon"))
     mlflow_dir = cached(f"mlflow-{steps}", lambda d: write_mlflow(d, steps), "an mlflow.db")
     wandb_dir = cached(f"wandb-{steps}", lambda d: write_wandb(d, steps), "a W&B offline run")
+    found: dict[str, dict[str, object]] = {}
     for name, path, peer, peer_name in (
         ("mlflow.db", mlflow_dir, mlflow_points, "MlflowClient.get_metric_history"),
         (".wandb", wandb_dir, wandb_points, "wandb_internal_pb2.Record"),
@@ -137,6 +142,10 @@ def main() -> None:
         )
         if ours != theirs:
             print(f"  counts differ: trainsentry {ours}, {peer_name} {theirs}")
+        found[name] = {"points": ours, "seconds": ours_s, "peer": peer_name,
+                       "peer_points": theirs, "peer_seconds": theirs_s}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

@@ -689,6 +689,9 @@ def main() -> None:
         help="N > 1: measure --runs single runs, then the same runs as jobs of N ranks "
         "(job<j>/rank_<k>.jsonl), one phase after the other, and print their ratio",
     )
+    ap.add_argument(
+        "--json", type=Path, help="also write the measured phase(s) to this file (bench/all.py)"
+    )
     args = ap.parse_args()
     if args.soak:
         args.runs = 1000 if args.runs == ap.get_default("runs") else args.runs
@@ -700,6 +703,8 @@ def main() -> None:
         res = measure(args, 1, job_records=False, tb_share=args.tb_share)
         res.update(tags=args.tags, tick=args.tick)
         report(res, args.tb_share)
+        if args.json:
+            args.json.write_text(json.dumps(res, default=str))
         return
 
     # Both phases write the same records (a distributed job's, all JSONL: rank files are
@@ -730,6 +735,8 @@ def main() -> None:
         sys.stdout.flush()
         phases[name] = res
     compare(phases["single"], phases["ranks"], idle)
+    if args.json:
+        args.json.write_text(json.dumps(phases, default=str))
 
 
 if __name__ == "__main__":

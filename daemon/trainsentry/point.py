@@ -18,7 +18,9 @@ Python-level `__new__`.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -162,22 +164,61 @@ class ProbeMark:
     run: str = ""
 
 
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """The cyclic garbage collector held off while values are made one by one.
+
+    A point or a row holds no container that could lead back to it, so it can be in
+    no cycle; but each is a tuple, which the collector tracks, and a backfill's batch
+    makes hundreds of thousands at once: the collections their number sets off would
+    scan them (and everything kept alive beside them) again and again for nothing,
+    three times the cost of making them (400,000 points of a W&B run: 0.33 s, 0.11 s
+    held off). Used where many are made and nothing cyclic is."""
+    held = gc.isenabled()
+    if held:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if held:
+            gc.enable()
+
+
+def _single(rows: list[Row]) -> bool:
+    """Whether every row holds one value (an event file's, most often): then its values
+    are made without a zip a row, twice as fast."""
+    return all(len(tags) == 1 == len(values) for _, _, tags, values in rows)
+
+
 def samples_of(rows: Iterable[Row]) -> list[Sample]:
     """The rows' values one by one, in order."""
-    return [
-        _new(Sample, (tag, step, wall, value))
-        for step, wall, tags, values in rows
-        for tag, value in zip(tags, values, strict=True)
-    ]
+    rows = rows if isinstance(rows, list) else list(rows)
+    with no_collection():
+        if _single(rows):
+            return [
+                _new(Sample, (tags[0], step, wall, values[0])) for step, wall, tags, values in rows
+            ]
+        return [
+            _new(Sample, (tag, step, wall, value))
+            for step, wall, tags, values in rows
+            for tag, value in zip(tags, values, strict=True)
+        ]
 
 
 def points_of(run: str, rows: Iterable[Row]) -> list[Point]:
     """The rows' values one by one with their run, in order."""
-    return [
-        _new(Point, (run, tag, step, wall, value))
-        for step, wall, tags, values in rows
-        for tag, value in zip(tags, values, strict=True)
-    ]
+    rows = rows if isinstance(rows, list) else list(rows)
+    with no_collection():
+        if _single(rows):
+            return [
+                _new(Point, (run, tags[0], step, wall, values[0]))
+                for step, wall, tags, values in rows
+            ]
+        return [
+            _new(Point, (run, tag, step, wall, value))
+            for step, wall, tags, values in rows
+            for tag, value in zip(tags, values, strict=True)
+        ]
 
 
 def batches_of(points: Iterable[Point]) -> Iterator[tuple[str, list[Row]]]:

@@ -122,8 +122,9 @@ def _read(
     for got in _reads(log, on_error, on_busy):
         if marks is not None:
             marks.extend(got.marks)
-        if got.points:
-            yield got.points
+        points = got.points  # made anew at each look
+        if points:
+            yield points
 
 
 def _reads(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import zlib
 from dataclasses import replace
@@ -34,9 +35,10 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as DecodeProtoError
 
-from trainsentry.point import Row, RunEnd
+from trainsentry.point import RunEnd, no_collection
 from trainsentry.sources.base import Decoded, DecodeError, Shapes
 from trainsentry.sources.run_trace import TraceMemory, flatten
+from trainsentry.sources.wandb_history import HistoryBytes, Plans, row_of
 
 BLOCK = 32768
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
@@ -65,6 +67,14 @@ _MESSAGES = {
     "exit=18:|RunExitRecord preempting=23:|RunPreemptingRecord",
 }
 _ONEOF = {"HistoryItem": "value", "Record": "record_type"}
+
+# A record's `num` (field 1, a varint) as W&B writes it, first, and the tag of its kind's
+# field after it: a record of a kind read nowhere here (`record_type` fields 3, 4, 6-13:
+# summary, output, files, stats, artifact, tbrecord, alert, telemetry, metric,
+# output_raw) is passed over unparsed (two thirds of a run file are summary records,
+# one after each history row); a history record (field 2) is read from its bytes.
+_UNREAD = re.compile(rb"\x08[\x80-\xff]{0,9}[\x00-\x7f][\x1a\x22\x32\x3a\x42\x4a\x52\x5a\x62\x6a]")
+_HISTORY = re.compile(rb"\x08[\x80-\xff]{0,9}[\x00-\x7f]\x12")
 
 
 def _record_class() -> Any:
@@ -163,10 +173,15 @@ class WandbDecoder:
     def __init__(self) -> None:
         self._pos = 0  # the file offset of the next byte fed: blocks are aligned to it
         self._refused = False
-        self._shapes = Shapes()
+        self._plans = Plans(Shapes())
+        self._history = HistoryBytes(self._plans)
         self._memory = TraceMemory()  # what the run, config and exit records said
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
+        with no_collection():  # rows by the hundred thousand on a backfill (point.py)
+            return self._feed(data, at_eof, file_time)
+
+    def _feed(self, data: bytes | memoryview, at_eof: bool, file_time: float) -> Decoded:
         raw = data if isinstance(data, bytes) else bytes(data)
         out = Decoded(consumed=0)
         self._memory.resend(out)
@@ -192,9 +207,11 @@ class WandbDecoder:
         committed = i  # the end of the last complete logical record
         parts: list[bytes] = []
         n = len(raw)
+        start = self._pos
+        unpack, crc32, type_crc, record = _FRAME.unpack_from, zlib.crc32, _TYPE_CRC, self._record
+        unread = _UNREAD.match
         while True:
-            pos = self._pos + i
-            left = BLOCK - pos % BLOCK
+            left = BLOCK - (start + i) % BLOCK
             if left < HEADER_LEN:  # block trailer: zero padding
                 if n - i < left:
                     break
@@ -204,9 +221,9 @@ class WandbDecoder:
                 continue
             if n - i < HEADER_LEN:
                 break
-            crc, length, kind = _FRAME.unpack_from(raw, i)
+            crc, length, kind = unpack(raw, i)
             end = i + HEADER_LEN + length
-            if length > left - HEADER_LEN or kind not in (FULL, FIRST, MIDDLE, LAST):
+            if length > left - HEADER_LEN or not FULL <= kind <= LAST:
                 i = self._skip_block(out, committed, i, left, n, "a damaged record frame")
                 parts.clear()
                 if i < 0:
@@ -216,7 +233,7 @@ class WandbDecoder:
             if end > n:
                 break
             body = raw[i + HEADER_LEN : end]
-            if zlib.crc32(body, _TYPE_CRC[kind]) != crc:
+            if crc32(body, type_crc[kind]) != crc:
                 i = self._skip_block(out, committed, i, left, n, "a record with a bad checksum")
                 parts.clear()
                 if i < 0:
@@ -224,20 +241,25 @@ class WandbDecoder:
                 committed = i
                 continue
             i = end
-            if kind == FULL:
-                parts = [body]
-            elif kind == FIRST:
-                parts = [body]
-                continue
-            elif not parts:  # the rest of a record lost with a damaged block: dropped
+            if kind == FULL:  # most records: one frame, a record of its own
+                if parts:
+                    parts = []
+                if not unread(body):
+                    record(out, body, committed, file_time)
                 committed = i
                 continue
-            elif kind == MIDDLE:
-                parts.append(body)
+            if kind == FIRST:
+                parts = [body]
                 continue
-            else:
-                parts.append(body)
-            self._record(out, b"".join(parts), committed, file_time)
+            if not parts:  # the rest of a record lost with a damaged block: dropped
+                committed = i
+                continue
+            parts.append(body)
+            if kind == MIDDLE:
+                continue
+            whole = b"".join(parts)
+            if not unread(whole):
+                record(out, whole, committed, file_time)
             parts = []
             committed = i
         out.consumed = committed
@@ -255,6 +277,14 @@ class WandbDecoder:
         return i + left
 
     def _record(self, out: Decoded, record: bytes, offset: int, file_time: float) -> None:
+        history = _HISTORY.match(record)
+        if history is not None:
+            read = self._history.items(record, history.end())
+            if read is not None:
+                row = row_of(*read, file_time)
+                if row is not None:
+                    out.rows.append(row)
+                return
         parsed = Record()
         try:
             parsed.ParseFromString(record)
@@ -267,12 +297,9 @@ class WandbDecoder:
                 self._tell(out, parsed, which, file_time)
             return
         history = parsed.history
-        step: int | None = history.step.num if history.HasField("step") else None
-        wall = file_time
-        tags: list[str] = []
+        keys: list[str] = []
         values: list[float] = []
         for item in history.item:
-            key = item.key or "/".join(item.nested_key)
             which = item.WhichOneof("value")
             if which == "number":
                 value: float | None = item.number
@@ -282,17 +309,13 @@ class WandbDecoder:
                 value = _json_number(item.value_json)
             else:
                 continue
-            if value is None:
-                continue
-            if key == "_step":
-                step = int(value) if step is None and math.isfinite(value) else step
-            elif key == "_timestamp":
-                wall = value
-            elif not key.startswith("_"):
-                tags.append(key)
+            if value is not None:
+                keys.append(item.key or "/".join(item.nested_key))
                 values.append(value)
-        if tags:
-            out.rows.append(Row(step or 0, wall, self._shapes(tuple(tags)), tuple(values)))
+        step = history.step.num if history.HasField("step") else None
+        row = row_of(self._plans(tuple(keys)), values, step, file_time)
+        if row is not None:
+            out.rows.append(row)
 
     def _tell(self, out: Decoded, record: Any, which: str, file_time: float) -> None:
         """What a record other than history says of the run: its trace, its end."""
