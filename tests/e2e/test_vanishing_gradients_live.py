@@ -82,9 +82,14 @@ def alerts(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread, no oversubscription
     try:
-        train(root / "sigmoid_stack", stack(norm=False))
-        train(root / "batchnorm_stack", stack(norm=True))
-        train(root / "preln_transformer", PreLN())
+        # each model made from a known seed, whatever the tests before drew
+        for name, make in (
+            ("sigmoid_stack", lambda: stack(norm=False)),
+            ("batchnorm_stack", lambda: stack(norm=True)),
+            ("preln_transformer", PreLN),
+        ):
+            torch.manual_seed(0)
+            train(root / name, make())
     finally:
         torch.set_num_threads(threads)
     state = tmp_path_factory.mktemp("state")
@@ -104,7 +109,10 @@ def test_the_sigmoid_stack_warns_on_its_first_layers_by_the_third_logged_point(
     assert not any(m.endswith(".bias") for m in metrics), metrics  # biases are not judged
     assert f"grad_norm/{2 * DEPTH}.weight" not in metrics, metrics  # the head is the largest
     assert all(a["severity"] == "warning" for a in fired), fired
-    assert max(a["step"] for a in fired) <= 2 * LOG_EVERY, fired
+    # the first layers are under the line from step 0: warned by the third logged point
+    # (deeper ones may cross it later as the head learns)
+    first = [a["step"] for a in fired if a["metric"] == "grad_norm/0.weight"]
+    assert min(first) <= 2 * LOG_EVERY, fired
 
 
 def test_deep_networks_with_normalisation_or_residuals_raise_nothing_of_it(

@@ -74,6 +74,9 @@ READ_BUDGET = 16 << 20
 # checkpoint root's rows are saves (judged apart, runtime/service.py), a text log's are
 # its ranks', a tracker's database holds many runs.
 _UNGATHERED = frozenset({"checkpoints", "text", "mlflow_db"})
+# Files that say how a run ended and hold none of its rows (an MLflow file-store run's
+# meta.yaml): read after the cycle's other files, so the rows its end comes after are in.
+_ENDS_ONLY = frozenset({"mlflow_run"})
 # watchdog adds watches for new directories on its own thread: a sweep may see
 # a directory a moment before its watch exists. A shortfall must outlast this
 # grace before the root is declared deaf and polled.
@@ -499,6 +502,14 @@ class Daemon:
             order = sorted(keys, key=lambda k: (k not in self._relearners, k))
         else:  # nothing relearns (after the first minutes): no key function per file
             order = sorted(keys)
+        # `meta.yaml` sorts before its run's `metrics/`: a status read first ended the run
+        # before the last rows of the same moment were judged, and they never were
+        last = [
+            k for k in order if (t := self._tails.get(k)) is not None and t.log.kind in _ENDS_ONLY
+        ]
+        if last:
+            told = set(last)
+            order = [k for k in order if k not in told] + last
         for i, key in enumerate(order):
             if self.stopping:  # Ctrl-C in a long backfill: stop now, the rest stays unread
                 again.update(order[i:])
