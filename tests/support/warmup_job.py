@@ -2,7 +2,7 @@
 `python warmup_job.py RUNDIR`.
 
 Its data loader reads a cold cache for the first WARM steps (a sleep a batch, as a
-first epoch from network storage costs), then settles at a few ms a step, and
+first epoch from network storage costs), then settles at 20 ms a step, and
 from SLOW_FROM on is starved again for SLOW_STEPS steps at the warm-up's pace. It
 logs its loss every step through torch's SummaryWriter, flushed each step.
 """
@@ -22,12 +22,15 @@ WARM = 40
 SLOW_FROM = 160
 SLOW_STEPS = 30
 STEPS = SLOW_FROM + SLOW_STEPS + 20
-COLD = 0.1  # seconds a batch from the cold cache: ×10 the settled pace and more
-SETTLED = 0.005
+COLD = 0.2  # seconds a batch from the cold cache: ×10 the settled pace
+# A settled step of 20 ms, not a few: a busy CI machine adds ms to every step, and
+# at 5 ms that alone tripled the pace for a second (a true slowdown, but not this one).
+SETTLED = 0.02
 
 
 def main() -> None:
     rundir = Path(sys.argv[1])
+    torch.set_num_threads(1)  # no thread of its own contending with the daemon's
     x, y = separable(512)
     model = torch.nn.Linear(8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
