@@ -29,10 +29,17 @@ if TESTS not in sys.path:
 pytest.register_assert_rewrite("support")
 
 
-@pytest.fixture(scope="module")
-def mlflow_db_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An mlflow.db the real MLflow wrote (runs "healthy" and "diverge" of exp1), once a module."""
+@pytest.fixture(scope="session")
+def tracker_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each tracker's store as the real package wrote it (support/trackers.py's KINDS), once
+    a session: MLflow's SQLite store alone takes ~20 s to migrate. Read-only: a test that
+    changes one copies it first."""
     from support.trackers import write_all
 
-    stores = write_all(tmp_path_factory.mktemp("mlflow"), ("mlflow-sqlite",))
-    return stores["mlflow-sqlite"] / "mlflow.db"
+    return write_all(tmp_path_factory.mktemp("trackers"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_db_written(tracker_stores: dict[str, Path]) -> Path:
+    """An mlflow.db the real MLflow wrote (runs "healthy" and "diverge" of exp1)."""
+    return tracker_stores["mlflow-sqlite"] / "mlflow.db"

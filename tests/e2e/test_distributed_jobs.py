@@ -62,6 +62,7 @@ ONSET = 100  # the step the faults begin at
 PACE = 0.05  # seconds each step is padded with: a step is ~0.06-0.1 s on 2 busy cores
 SLOW = 0.04  # seconds a slow rank loses a step: ~half the job's step
 STEPS = 950  # a minute and more past the onset (at ~0.1 s a step), whatever the load
+UNTIL_TOLD = ("faults", "healthy")  # and `logs`: they stop once their alerts are in
 SLOW_RANK = 4  # of `logs`: on whichever node the rendezvous gives it
 
 JOBS: dict[str, list[str]] = {
@@ -225,10 +226,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if PROMETHEUS is not None and ALERTMANAGER is not None:
         side = [alertmanager(tmp, am), prometheus(tmp, [a.address, b.address], am)]
     rendezvous = free_port()
-    jobs = {name: torchrun(a.root, name, args) for name, args in JOBS.items() if name != "logs"}
+    # the long jobs end, all at one step, once what is asserted of them has been seen
+    stop = tmp / "stop"
+    until = ["--stop-file", str(stop)]
+    jobs = {
+        name: torchrun(a.root, name, [*args, *until] if name in UNTIL_TOLD else args)
+        for name, args in JOBS.items()
+        if name != "logs"
+    }
     for node in (a, b):
         jobs[f"logs@{node.name}"] = torchrun(
-            node.root, "logs", JOBS["logs"], nodes=2, ranks=3, port=rendezvous
+            node.root, "logs", [*JOBS["logs"], *until], nodes=2, ranks=3, port=rendezvous
         )
     try:
         assert a.daemon is not None and b.daemon is not None
@@ -265,6 +273,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
             wait_until(straggling, "the fleet's straggler at Alertmanager", timeout=120)
             managed = seen["managed"]
+        wait_until(lambda: said(a, "faults", "rank_diverged"), "faults' diverged rank", 120)
+        receiver.wait_for(lambda reqs: any(b"faults" in r.body for r in reqs), timeout=60)
+        stop.touch()
         for name, proc in jobs.items():
             _, err = proc.communicate(timeout=400)
             failed = name in ("hang", "restarts")

@@ -110,6 +110,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="rank 0 raises right after each attempt's first save (a crash loop that progresses)",
     )
+    p.add_argument(
+        "--stop-file",
+        default=None,
+        help="end cleanly (exit 0) once this file exists, checked by every rank every 10 steps",
+    )
     p.add_argument("--probe", action="store_true", help="attach trainsentry_probe.watch")
     p.add_argument("--probe-all-ranks", action="store_true")
     p.add_argument(
@@ -145,6 +150,13 @@ class MLP(nn.Module):
 def emit(record: dict[str, float | int]) -> None:
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
+
+
+def stop_agreed(path: str) -> bool:
+    """Whether any rank sees the stop file: every rank takes part, so all stop at one step."""
+    seen = torch.tensor([1.0 if os.path.exists(path) else 0.0])
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    return bool(seen.item())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -217,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise RuntimeError(f"injected crash after the checkpoint of step {step}")
         if args.seconds_per_step > 0:
             time.sleep(args.seconds_per_step)
+        if args.stop_file and step % 10 == 9 and stop_agreed(args.stop_file):
+            break
 
     if probe is not None:
         probe.close()

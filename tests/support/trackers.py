@@ -1,4 +1,4 @@
-"""Tracker stores written by the real MLflow and W&B packages, once per test module.
+"""Tracker stores written by the real MLflow and W&B packages (once a session: conftest).
 
 Each kind is written by its own process of `tracker_jobs.py` (MLflow's and
 W&B's imports and wandb-core's service stay out of the test process), all

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.trackers import expected, write_all
+from support.trackers import expected
 
 from trainsentry.point import Row
 from trainsentry.sources.base import Decoded
@@ -44,9 +44,9 @@ def _same(a: list[Row], b: list[Row]) -> bool:
 
 
 def test_a_real_runs_rows_are_read_from_bytes_as_protobuf_reads_them(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tracker_stores: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    directory = write_all(tmp_path_factory.mktemp("wandb"), ("wandb",))["wandb"]
+    directory = tracker_stores["wandb"]
     (found,) = Path(expected(directory)["run_dir"]).glob("run-*.wandb")
     data = found.read_bytes()
     read = WandbDecoder()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.trackers import expected, write_all
+from support.trackers import expected
 
 from trainsentry.point import Row
 from trainsentry.sources.base import DecodeError
@@ -13,8 +13,8 @@ from trainsentry.sources.wandb_records import BLOCK, HEADER_LEN, WandbDecoder, r
 
 
 @pytest.fixture(scope="module")
-def run_file(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    directory = write_all(tmp_path_factory.mktemp("wandb"), ("wandb",))["wandb"]
+def run_file(tracker_stores: dict[str, Path]) -> bytes:
+    directory = tracker_stores["wandb"]
     run_dir = Path(expected(directory)["run_dir"])
     (found,) = run_dir.glob("run-*.wandb")
     return found.read_bytes()
