@@ -70,6 +70,14 @@ GRAD_TAG = {
 # Targets from issue 3.
 MIN_LEAD = 10
 MIN_MEDIAN_LEAD = 30
+# Issue 29: a gradual divergence (an lr ramp) paged a median of 100 steps or more
+# before the crash: time to stop and resume from a checkpoint before the damage.
+GRADUAL_FAULTS = ("lr_ramp",)
+# Faults of part of the network (its layers frozen, dead or starved of gradient) that
+# the loss and total gradient norm of these small models do not show: where no
+# per-layer series is logged they are unobservable, listed apart, not missed.
+LAYER_FAULTS = ("frozen_layers", "dead_relu", "vanishing")
+MIN_MEDIAN_GRADUAL_LEAD = 100
 MAX_WARNINGS_PER_HEALTHY = 1.0
 MIN_NONCRASH_RECALL = 0.8
 
@@ -205,12 +213,14 @@ class Score:
     crashes: int = 0
     caught: int = 0  # a critical at or before the crash, at/after onset
     leads: list[int] = field(default_factory=list)  # predictable crashes that were caught
+    gradual_leads: list[int] = field(default_factory=list)  # the GRADUAL_FAULTS among them
     missed_predictable: list[str] = field(default_factory=list)
     short_lead: list[str] = field(default_factory=list)
     predictable: int = 0
     noncrash: int = 0
     noncrash_flagged: int = 0
     noncrash_missed: list[str] = field(default_factory=list)
+    unobservable: list[str] = field(default_factory=list)
     healthy: int = 0
     healthy_with_critical: list[str] = field(default_factory=list)
     healthy_criticals: int = 0
@@ -234,12 +244,20 @@ def score(runs: list[Run], outcomes: dict[str, Outcome]) -> Score:
         elif run.crash is not None:
             _score_crash(s, run, out)
         else:
+            seen = out.first(since=run.onset) is not None
+            if not seen and not _observable(run):
+                s.unobservable.append(run.name)
+                continue
             s.noncrash += 1
-            if out.first(since=run.onset) is not None:
+            if seen:
                 s.noncrash_flagged += 1
             else:
                 s.noncrash_missed.append(run.name)
     return s
+
+
+def _observable(run: Run) -> bool:
+    return run.label["fault"] not in LAYER_FAULTS or detection_shapes.logs_layer_norms(run.points)
 
 
 def _score_crash(s: Score, run: Run, out: Outcome) -> None:
@@ -255,6 +273,8 @@ def _score_crash(s: Score, run: Run, out: Outcome) -> None:
         return
     lead = (run.crash or 0) - crit.step
     s.leads.append(lead)
+    if run.label["fault"] in GRADUAL_FAULTS:
+        s.gradual_leads.append(lead)
     if lead < MIN_LEAD:
         s.short_lead.append(f"{run.name} ({lead})")
 
@@ -281,6 +301,12 @@ def print_scores(name: str, s: Score) -> None:
         f"  lead, steps (predictable)              median {median}  min {lowest}"
         f"   {_verdict(median >= MIN_MEDIAN_LEAD)} (median ≥ {MIN_MEDIAN_LEAD})"
     )
+    gradual = statistics.median(s.gradual_leads) if s.gradual_leads else math.nan
+    print(
+        f"  {'lead, steps (gradual: ' + ', '.join(GRADUAL_FAULTS) + ')':39}median {gradual}"
+        f"  of {len(s.gradual_leads)}   {_verdict(gradual >= MIN_MEDIAN_GRADUAL_LEAD)}"
+        f" (median ≥ {MIN_MEDIAN_GRADUAL_LEAD})"
+    )
     print(
         f"  non-crash fault recall                 {s.noncrash_flagged}/{s.noncrash}"
         f" = {recall:.0%}   {_verdict(recall >= MIN_NONCRASH_RECALL)} (≥ 80%)"
@@ -297,6 +323,7 @@ def print_scores(name: str, s: Score) -> None:
         ("missed predictable crashes", s.missed_predictable),
         ("caught < 10 steps ahead", s.short_lead),
         ("missed non-crash faults", s.noncrash_missed),
+        ("unobservable without per-layer series (not scored)", s.unobservable),
         ("healthy runs with a critical", s.healthy_with_critical),
         ("errors", s.errors),
     ):

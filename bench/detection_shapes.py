@@ -64,7 +64,17 @@ MAX_SLOWDOWN_DELAY_SECONDS = 2.0
 SHOWN_BY = {
     "frozen_layers": "per-layer gradient norms (grad_norm/<layer>, Lightning's "
     "grad_2.0_norm/<layer> through its grad-norm recipe, or the probe's)",
+    "slowdown": "a wall time per logged row (TensorBoard's event stamps, a `time` column "
+    "in a CSV) or the probe's step time",
 }
+# A run trained without a fault can still overfit by its own numbers: its last
+# evaluation this far above its best while its training loss fell this far since
+# that best (twice the margins of the `overfitting` rule, so a run in the band
+# between still counts against the pack). An overfitting warning there is true;
+# it is counted apart, not as noise on a healthy run.
+OVERFIT_RISE = 1.2
+OVERFIT_TRAIN_FALL = 0.8
+OVERFITTING_RULES = ("overfitting",)
 MAX_PAGES_PER_INCIDENT = 1
 CRASHED_FAULTS = ("lr_jump", "nan")
 NAME_WIDTH = max(len(name) for name in SHAPES)
@@ -248,6 +258,7 @@ class ShapeScore:
     healthy_critical: list[str] = field(default_factory=list)
     warnings: int = 0
     warned: list[str] = field(default_factory=list)
+    overfit: list[str] = field(default_factory=list)  # true overfitting warnings, apart
     faults: int = 0
     paged: int = 0
     delays: list[float] = field(default_factory=list)  # logging intervals, paged faults
@@ -291,6 +302,11 @@ def _score_healthy(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
     s.healthy += 1
     crit = [f for f in out.firings if f.severity == "critical"]
     warn = [f for f in out.firings if f.severity == "warning"]
+    if _overfits(run):
+        true = [f for f in warn if f.rule in OVERFITTING_RULES]
+        if true:
+            s.overfit.append(f"{run.name}: {_fmt(true)}")
+        warn = [f for f in warn if f.rule not in OVERFITTING_RULES]
     s.warnings += len(warn)
     if crit:
         s.healthy_critical.append(f"{run.name}: {_fmt(crit)}")
@@ -298,18 +314,41 @@ def _score_healthy(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
         s.warned.append(f"{run.name}: {_fmt(warn)}")
 
 
+def _overfits(run: ShapeRun) -> bool:
+    """Whether the logs show the run overfitting, whatever was injected: its last
+    evaluation OVERFIT_RISE× its best or more, and the median of its last training
+    losses OVERFIT_TRAIN_FALL× or less the median of those up to that best."""
+    val, loss = run.series("val_loss"), run.series("loss")
+    if len(val) < 3 or len(loss) < 3:
+        return False
+    at, best = min(val, key=lambda point: point[1])
+    before = [v for step, v in loss if step <= at][-5:]
+    last = [v for _, v in loss[-5:]]
+    if not before:
+        return False
+    fell = statistics.median(last) <= OVERFIT_TRAIN_FALL * statistics.median(before)
+    return val[-1][1] >= OVERFIT_RISE * best and fell
+
+
 ALIASES = Aliases()
 
 
-def _per_layer(run: ShapeRun) -> bool:
-    """Whether the run logs a gradient norm per layer (the probe's, Lightning's grad_norm)."""
-    return any(ALIASES.resolve(tag).startswith("grad_norm/") for tag in {p.tag for p in run.points})
+def logs_layer_norms(points: Iterable[Point]) -> bool:
+    """Whether a run logs a gradient norm per layer (the probe's, Lightning's grad_norm)."""
+    return any(ALIASES.resolve(tag).startswith("grad_norm/") for tag in {p.tag for p in points})
 
 
 def _observable(run: ShapeRun) -> bool:
     """Whether the run's logs hold a trace of its fault at all: frozen layers leave the
-    loss and total norm as a slow run's, and show only in per-layer series."""
-    return run.label.get("fault") != "frozen_layers" or _per_layer(run)
+    loss and total norm as a slow run's, and show only in per-layer series; a slowdown
+    shows only where rows carry their own wall time (Lightning's CSVLogger writes none:
+    every row read back has the file's)."""
+    fault = run.label.get("fault")
+    if fault == "frozen_layers":
+        return logs_layer_norms(run.points)
+    if fault == "slowdown":
+        return len({_wall_at(run, step) for step, _ in run.series("loss")}) > 2
+    return True
 
 
 def _wall_at(run: ShapeRun, step: int) -> float:
@@ -526,6 +565,14 @@ def print_section(corpus: Path, rule_paths: list[str] | None, details: bool = Tr
         if scored.unobservable:  # not misses: listed apart, with what would show them
             print(f"  {shape}: unobservable in these logs (not scored):")
             for entry in scored.unobservable:
+                print(f"      {entry}")
+        if scored.overfit:
+            print(
+                f"  {shape}: healthy runs overfitting by their own numbers (validation"
+                f" ≥ ×{OVERFIT_RISE} its best, training down to ×{OVERFIT_TRAIN_FALL}"
+                " since), their overfitting warnings true (not counted):"
+            )
+            for entry in scored.overfit:
                 print(f"      {entry}")
         if not misses:
             print(f"  {shape}: all targets met")
