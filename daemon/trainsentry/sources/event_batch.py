@@ -25,14 +25,40 @@ changes speed, never results.
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import Sequence
 from itertools import chain, repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from crc32c import crc32c
 
 from trainsentry.sources.tfrecord import FOOTER_BYTES, HEADER_BYTES
+
+
+def _numpy_without_blas_threads() -> Any:
+    """numpy, its OpenBLAS started with one thread where this process loads it first.
+
+    Nothing here calls BLAS, but numpy's import does (a sanity check), and OpenBLAS's
+    worker threads then spin for ~0.06 CPU-s: a tenth of reading 100,000 points. The
+    setting is read when the library loads, so it is set only around the import:
+    processes the daemon starts later inherit the user's environment unchanged.
+    """
+    name = "OPENBLAS_NUM_THREADS"
+    if "numpy" in sys.modules or name in os.environ:
+        return importlib.import_module("numpy")
+    os.environ[name] = "1"
+    try:
+        return importlib.import_module("numpy")
+    finally:
+        del os.environ[name]
+
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = _numpy_without_blas_threads()
 
 # CRC tables and matchers kept: a run writes a few record lengths; more are
 # made again when next needed (a few ms each), never kept without bound.
