@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import struct
 import sys
 from collections.abc import Sequence
 from itertools import chain, repeat
@@ -64,6 +65,7 @@ else:
 # made again when next needed (a few ms each), never kept without bound.
 _MAX_TABLES = 32
 _MAX_MATCHERS = 256
+_LENGTH = struct.Struct("<Q")  # a record header's first field
 _MASK_DELTA = np.uint32(0xA282EAD8)
 _WALL, _STEP = 1, 10  # where wall time and step begin in a templated record's data
 _HASH = np.array(  # odd 64-bit multipliers, one per 8 bytes of a template key
@@ -176,12 +178,20 @@ class Group:
         self._crcs: dict[int, tuple[np.ndarray, int]] = {}
         self._matchers: dict[tuple[int, _Layout], tuple[int, _Matcher]] = {}
 
-    def same_length(self, buf: bytes, pos: int, total: int, count: int) -> int:
-        """How many of the `count` records of `total` bytes laid end to end from `pos`
-        have the header of the first (so its length), before the first that does not."""
-        block = np.frombuffer(buf, dtype=np.uint8, count=count * total, offset=pos)
-        heads = block.reshape(count, total)[:, :HEADER_BYTES]
-        same = rows_equal(heads, heads[0])
+    def repeats(self, buf: bytes, pos: int, heads: Sequence[bytes], count: int) -> int:
+        """How many times, of `count`, the records whose headers are `heads` (so their
+        lengths) follow one another from `pos` in this order, before the first
+        time they do not: one header for a run of records of one length, a step's
+        tags' for a writer that logs tags of several lengths in turn."""
+        lengths = [_LENGTH.unpack_from(head)[0] + HEADER_BYTES + FOOTER_BYTES for head in heads]
+        cycle = sum(lengths)
+        block = np.frombuffer(buf, dtype=np.uint8, count=count * cycle, offset=pos)
+        rows = block.reshape(count, cycle)
+        same = np.ones(count, dtype=bool)
+        at = 0
+        for head, length in zip(heads, lengths, strict=True):
+            same &= rows_equal(rows[:, at : at + HEADER_BYTES], np.frombuffer(head, np.uint8))
+            at += length
         return count if same.all() else int(same.argmin())
 
     def decode(
@@ -204,8 +214,11 @@ class Group:
         """
         count = len(starts)
         whole = np.frombuffer(buf, dtype=np.uint8)
-        if isinstance(starts, range) and starts.step == total:
-            block = whole[starts.start : starts.start + count * total].reshape(count, total)
+        if isinstance(starts, range) and starts.step >= total:  # records at a fixed stride
+            span = whole[starts.start : starts.start + (count - 1) * starts.step + total]
+            block = np.lib.stride_tricks.as_strided(
+                span, (count, total), (starts.step, 1), writeable=False
+            )
         else:
             block = whole[np.asarray(starts)[:, None] + np.arange(total)]
         ok = self._templated(block, cut, value_format, tail, table, edits)

@@ -66,6 +66,9 @@ _MANY_KEY = 6
 # call (~60 calls of ~1 µs a group) is spread thin, few enough that the arrays a group
 # makes stay small (at 4096 a backfill's peak memory grew 5 MB; at 1024, nothing).
 _BATCH = 4096
+# The longest cycle of record lengths looked for (tags of several lengths logged in
+# turn, one step after another): a step's tags, as many as a run commonly logs.
+_PERIOD = 64
 # Below this many records of one length, those fixed costs outweigh the per-record
 # path's µs a record; a live tail's few records a read never reach it.
 MIN_GROUP = 32
@@ -152,29 +155,73 @@ class TfEventsDecoder:
     def _batch(
         self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
     ) -> int:
-        """Decodes the known, complete records from `pos` (up to `_BATCH`) a length at a
-        time; returns where it stopped, `pos` if there were too few to be worth it."""
+        """Decodes the known, complete records from `pos` a length at a time; returns
+        where it stopped, `pos` if there were too few to be worth it."""
         size = len(buf)
         first = self._frames.get(buf[pos : pos + HEADER_BYTES])
         if first is None:
             return pos
-        total = first[0]
-        count = min(_BATCH, (size - pos) // total)
-        if count < MIN_GROUP:
+        if (size - pos) // first[0] < MIN_GROUP:
             return pos
-        group = self._grouper()
-        # The common case first: a run of records of one length, read in place.
-        run = group.same_length(buf, pos, total, count)
+        # The common case first: a run of records of one length (torch writes every tag
+        # of a step in records of one length), read in place.
+        head = buf[pos : pos + HEADER_BYTES]
+        run = self._grouper().repeats(buf, pos, [head], min(_BATCH, (size - pos) // first[0]))
         if run >= MIN_GROUP:
-            starts = range(pos, pos + run * total, total)
+            starts = range(pos, pos + run * first[0], first[0])
             return self._emit(buf, starts, [(first, range(run), starts)], rows, errors, ftime)
-        return self._mixed(buf, pos, rows, errors, ftime)
+        done = self._cycle(buf, pos, rows, errors, ftime)
+        return self._mixed(buf, pos, rows, errors, ftime) if done is None else done
+
+    def _cycle(
+        self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
+    ) -> int | None:
+        """Tags of several lengths logged in the same order every step: the lengths
+        repeat with a period, so the records of each place in the cycle lie at a
+        fixed stride and are read in place as a group. None where no period is found."""
+        get_frame = self._frames.get
+        size = len(buf)
+        frames: list[_Frame] = []
+        heads: list[bytes] = []
+        at = pos
+        for _ in range(2 * _PERIOD):
+            head = buf[at : at + HEADER_BYTES]
+            frame = get_frame(head)
+            if frame is None or at + frame[0] > size:
+                break
+            frames.append(frame)
+            heads.append(head)
+            at += frame[0]
+        period = next(
+            (
+                p
+                for p in range(2, len(heads) // 2 + 1)
+                if all(heads[i] == heads[i + p] for i in range(len(heads) - p))
+            ),
+            0,
+        )
+        if not period:
+            return None
+        cycle = sum(frame[0] for frame in frames[:period])
+        count = min(_BATCH, (size - pos) // cycle)
+        run = self._grouper().repeats(buf, pos, heads[:period], count) if count else 0
+        if run < MIN_GROUP:
+            return None
+        groups: list[tuple[_Frame, range, range]] = []
+        at = pos
+        for place, frame in enumerate(frames[:period]):
+            members = range(place, run * period, period)
+            groups.append((frame, members, range(at, at + run * cycle, cycle)))
+            at += frame[0]
+        places = [starts.start - pos for _, _, starts in groups]
+        offsets = [pos + c * cycle + place for c in range(run) for place in places]
+        return self._emit(buf, offsets, groups, rows, errors, ftime)
 
     def _mixed(
         self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
     ) -> int:
-        """Records of several lengths interleaved (tags of different lengths): framed one
-        by one, then decoded a length at a time."""
+        """Records of several lengths in no repeating order: framed one by one, then
+        decoded a length at a time."""
         get_frame = self._frames.get
         size = len(buf)
         found: list[int] = []
@@ -227,6 +274,8 @@ class TfEventsDecoder:
             new = map(_new, repeat(Row), zip(*fields[:3], zip(fields[3]), strict=True))
             if taken is None and len(members) == len(made):
                 made = list(new)
+            elif taken is None and isinstance(members, range):
+                made[members.start : members.stop : members.step] = new
             else:
                 places = members if taken is None else [members[i] for i in taken]
                 for i, row in zip(places, new, strict=True):
