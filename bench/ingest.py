@@ -190,7 +190,8 @@ def _peak_kb() -> int:
 
 # Imported before the clock starts: a daemon pays for imports once, not per file.
 IMPORTS = {
-    "trainsentry": ["trainsentry.sources.tfevents"],
+    # event_batch (numpy) is imported by the decoder on a backfill's first group
+    "trainsentry": ["trainsentry.sources.tfevents", "trainsentry.sources.event_batch"],
     "tbparse": ["tbparse"],
     "loader": ["tensorboard.backend.event_processing.event_file_loader"],
     "rustboard": ["grpc", "tensorboard.data.proto.data_provider_pb2_grpc"],

@@ -17,7 +17,9 @@ recognising it costs one dict lookup. So decoding has three tiers:
    non-summary events, anything tier 2 does not understand completely.
 
 Tiers 1 and 2 accept only bytes they understand completely and hand anything
-else down, so they change speed, never results.
+else down, so they change speed, never results. On a backfill, tier 1 runs a
+group of records at a time (`event_batch`: one numpy operation per check over
+the group, the CRC included); a record the group does not take comes here.
 
 TF1-style writers attach plugin metadata to a tag's first event only, so the
 plugin of each tag is remembered (the first wins, as in TensorBoard) and kept in
@@ -30,8 +32,9 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
 from crc32c import crc32c
 from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -42,6 +45,9 @@ from trainsentry.sources.base import Decoded, DecodeError, Shapes
 from trainsentry.sources.summary_values import histo_buckets, histogram_samples, tensor_values
 from trainsentry.sources.tfrecord import FOOTER_BYTES, HEADER_BYTES, Framer
 
+if TYPE_CHECKING:
+    from trainsentry.sources.event_batch import Group
+
 _F64 = struct.Struct("<d")
 _SCALARS, _HISTOGRAMS = "scalars", "histograms"
 _new = tuple.__new__  # Row(...) would run NamedTuple's Python-level __new__
@@ -50,7 +56,7 @@ _new = tuple.__new__  # Row(...) would run NamedTuple's Python-level __new__
 # offset of the value; template lookup for the record's shape; the bytes after the value
 _Frame = tuple[
     int, Callable[[bytes, int], tuple[Any, ...]], Callable[[bytes], tuple[Any, ...]] | None,
-    int, Callable[[bytes], tuple[str, ...] | None], bytes,
+    int, Callable[[bytes], tuple[str, ...] | None], bytes, tuple[str, bytes],
 ]  # fmt: skip
 # tag, offset of the value, struct format, is a tensor, serialized metadata
 _Value = tuple[str, int, str, bool, bytes | None]
@@ -58,6 +64,19 @@ _SIMPLE = ("<f", b"")
 # bytes after the step that key a several-value template: the summary's and its first
 # value's headers, which end before the first float whatever the tag (tier 2 wants one)
 _MANY_KEY = 6
+# Records (or cycles of them) decoded a group at a time (event_batch.py): enough that
+# numpy's ~60 calls a group are spread thin (of 512 to 4096 tried, 4096 read fastest;
+# peak memory the same within a MiB), few enough that a group's arrays stay small.
+_BATCH = 4096
+# The longest cycle of record lengths looked for (tags of several lengths logged in
+# turn, one step after another): a step's tags, as many as a run commonly logs.
+_PERIOD = 64
+# Below this many records of one length, those fixed costs outweigh the per-record
+# path's µs a record; a live tail's few records a read never reach it.
+MIN_GROUP = 32
+# Longest record given to a group: its CRC table costs 1 KiB per byte of record, and
+# longer records (histograms, images) are never templated anyway.
+MAX_RECORD = 256
 
 
 class TfEventsDecoder:
@@ -72,6 +91,12 @@ class TfEventsDecoder:
         self._tags = Shapes()  # a row's tags tuple, one object per shape
         # (record length, its first bytes after the step) -> a several-value template
         self._many: dict[tuple[int, bytes], _Many] = {}
+        self._group: Group | None = None
+        # Counts of changes to the template tables (a group's matchers are made again
+        # after one), and of templates forgotten (rows made ahead may no longer hold).
+        self._edits = 0
+        self._forgotten = 0
+        self._grouped = 0  # records the last batch decoded as groups
 
     def feed(self, data: bytes | memoryview, *, at_eof: bool, file_time: float) -> Decoded:
         buf = data if isinstance(data, bytes) else bytes(data)
@@ -96,56 +121,233 @@ class TfEventsDecoder:
         self._forget_templates()
 
     def _run(self, buf: bytes, rows: list[Any], errors: list[DecodeError], ftime: float) -> int:
-        """Tier 1, with framing inlined: a call per record would cost more than the decoding.
+        """Records a group at a time where a run of them is templated (`_batch`), else one
+        by one (`_one`).
 
-        Only records whose header is already known, complete and CRC-clean take
-        the inline path; anything else (first sight of a length, a partial or
-        corrupt record) goes through the framer, which registers the header, and
-        the record is then taken again inline.
+        Only records whose header is already known and complete are decoded;
+        anything else (first sight of a length, a partial or corrupt record) goes
+        through the framer, which registers the header, and the record is then
+        taken again.
         """
-        add = rows.append
         get_frame = self._frames.get
-        crc = crc32c
         size = len(buf)
         pos = self._reframe(buf, 0, errors) if self._framer.resyncing else 0
+        batch_from = 0
         while pos >= 0:
-            frame = get_frame(buf[pos : pos + 12])  # literals, not globals: this runs 10^6 times
-            if frame is not None:
-                total, body, fields, cut, lookup, tail = frame
-                end = pos + total
-                if end <= size:
-                    data, stored = body(buf, pos)
-                    c = crc(data)
-                    if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF == stored:
-                        if fields is not None:
-                            b0, wall_time, b9, b10, b11, b12, value = fields(data)
-                            if b0 == 9 and b9 == 16:  # wall_time (field 1), step (field 2)
-                                if b10 < 128:
-                                    step, j = b10, 11
-                                elif b11 < 128:
-                                    step, j = b10 + (b11 << 7) - 0x80, 12
-                                elif b12 < 128:
-                                    step, j = b10 + (b11 << 7) + (b12 << 14) - 0x4080, 13
-                                else:
-                                    step, j = _step_at_10(data)
-                                tags = lookup(data[j:cut])
-                                if tags is not None and (not tail or data.endswith(tail)):
-                                    add(_new(Row, (step, wall_time, tags, (value,))))
-                                    pos = end
-                                    continue
-                                if self._shaped(buf, pos, data, j, step, add):
-                                    pos = end
-                                    continue
-                                many = self._many.get((len(data), data[j : j + _MANY_KEY]))
-                                stamp = wall_time or ftime
-                                if many is not None and many.take(data, j, step, stamp, rows):
-                                    pos = end
-                                    continue
-                        self._slow(buf, pos, data, ftime, rows, errors)
-                        pos = end
-                        continue
+            if pos >= batch_from:
+                self._grouped = 0
+                done = self._batch(buf, pos, rows, errors, ftime)
+                if done != pos:
+                    if not self._grouped:  # none templated (histograms, text): not soon again
+                        batch_from = done + (done - pos) * 8
+                    pos = done
+                    continue
+                batch_from = pos + MIN_GROUP * 16  # too few records here: one by one a while
+            frame = get_frame(buf[pos : pos + HEADER_BYTES])
+            if (
+                frame is not None
+                and pos + frame[0] <= size
+                and self._one(buf, pos, frame, rows, errors, ftime)
+            ):
+                pos += frame[0]
+                continue
             pos = self._reframe(buf, pos, errors)
         return -pos - 1
+
+    def _batch(
+        self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
+    ) -> int:
+        """Decodes the known, complete records from `pos` a length at a time; returns
+        where it stopped, `pos` if there were too few to be worth it."""
+        size = len(buf)
+        first = self._frames.get(buf[pos : pos + HEADER_BYTES])
+        if first is None:
+            return pos
+        if (size - pos) // first[0] < MIN_GROUP:
+            return pos
+        # The common case first: a run of records of one length (torch writes every tag
+        # of a step in records of one length), read in place.
+        head = buf[pos : pos + HEADER_BYTES]
+        run = self._grouper().repeats(buf, pos, [head], min(_BATCH, (size - pos) // first[0]))
+        if run >= MIN_GROUP:
+            starts = range(pos, pos + run * first[0], first[0])
+            return self._emit(buf, starts, [(first, range(run), starts)], rows, errors, ftime)
+        done = self._cycle(buf, pos, rows, errors, ftime)
+        return self._mixed(buf, pos, rows, errors, ftime) if done is None else done
+
+    def _cycle(
+        self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
+    ) -> int | None:
+        """Tags of several lengths logged in the same order every step: the lengths
+        repeat with a period, so the records of each place in the cycle lie at a
+        fixed stride and are read in place as a group. None where no period is found."""
+        get_frame = self._frames.get
+        size = len(buf)
+        frames: list[_Frame] = []
+        heads: list[bytes] = []
+        at = pos
+        for _ in range(2 * _PERIOD):
+            head = buf[at : at + HEADER_BYTES]
+            frame = get_frame(head)
+            if frame is None or at + frame[0] > size:
+                break
+            frames.append(frame)
+            heads.append(head)
+            at += frame[0]
+        period = next(
+            (
+                p
+                for p in range(2, len(heads) // 2 + 1)
+                if all(heads[i] == heads[i + p] for i in range(len(heads) - p))
+            ),
+            0,
+        )
+        if not period:
+            return None
+        cycle = sum(frame[0] for frame in frames[:period])
+        count = min(_BATCH, (size - pos) // cycle)
+        run = self._grouper().repeats(buf, pos, heads[:period], count) if count else 0
+        if run < MIN_GROUP:
+            return None
+        groups: list[tuple[_Frame, range, range]] = []
+        at = pos
+        for place, frame in enumerate(frames[:period]):
+            members = range(place, run * period, period)
+            groups.append((frame, members, range(at, at + run * cycle, cycle)))
+            at += frame[0]
+        places = [starts.start - pos for _, _, starts in groups]
+        offsets = [pos + c * cycle + place for c in range(run) for place in places]
+        return self._emit(buf, offsets, groups, rows, errors, ftime)
+
+    def _mixed(
+        self, buf: bytes, pos: int, rows: list[Any], errors: list[DecodeError], ftime: float
+    ) -> int:
+        """Records of several lengths in no repeating order: framed one by one, then
+        decoded a length at a time."""
+        get_frame = self._frames.get
+        size = len(buf)
+        found: list[int] = []
+        lengths: dict[int, tuple[_Frame, list[int]]] = {}
+        at = pos
+        for i in range(_BATCH):
+            frame = get_frame(buf[at : at + HEADER_BYTES])
+            if frame is None or at + frame[0] > size:
+                break
+            found.append(at)
+            members = lengths.get(frame[0])
+            if members is None:
+                lengths[frame[0]] = (frame, [i])
+            else:
+                members[1].append(i)
+            at += frame[0]
+        if len(found) < MIN_GROUP:
+            return pos
+        groups = [
+            (frame, members, [found[i] for i in members])
+            for frame, members in lengths.values()
+            if len(members) >= MIN_GROUP
+        ]
+        return self._emit(buf, found, groups, rows, errors, ftime)
+
+    def _emit(
+        self,
+        buf: bytes,
+        offsets: Sequence[int],
+        groups: Sequence[tuple[_Frame, Sequence[int], Sequence[int]]],
+        rows: list[Any],
+        errors: list[DecodeError],
+        ftime: float,
+    ) -> int:
+        """Rows for the records at `offsets`, in order: the groups' templated ones made at
+        once, every other one decoded alone. Returns where the next record begins, or
+        the offset of one whose CRC fails (for the framer to report and skip)."""
+        made: list[Any] = [None] * len(offsets)
+        group = self._grouper()
+        grouped = 0
+        for frame, members, starts in groups:
+            total, _, _, cut, _, tail, shape = frame
+            if total - HEADER_BYTES - FOOTER_BYTES > MAX_RECORD:
+                continue
+            table = self._shapes[shape]
+            taken, fields = group.decode(
+                buf, starts, total, cut, shape[0], tail, table, self._edits
+            )
+            grouped += len(fields[0])
+            new = map(_new, repeat(Row), zip(*fields[:3], zip(fields[3]), strict=True))
+            if taken is None and len(members) == len(made):
+                made = list(new)
+            elif taken is None and isinstance(members, range):
+                made[members.start : members.stop : members.step] = new
+            else:
+                places = members if taken is None else [members[i] for i in taken]
+                for i, row in zip(places, new, strict=True):
+                    made[i] = row
+        self._grouped = grouped
+        if grouped == len(made):
+            rows.extend(made)
+            return offsets[-1] + self._frames[buf[offsets[-1] : offsets[-1] + HEADER_BYTES]][0]
+        get_frame = self._frames.get
+        add = rows.append
+        forgotten = self._forgotten
+        for at, row in zip(offsets, made, strict=True):
+            if row is not None:
+                add(row)
+                continue
+            known = get_frame(buf[at : at + HEADER_BYTES])
+            if known is None or not self._one(buf, at, known, rows, errors, ftime):
+                return at  # its header was forgotten, or its CRC fails
+            if self._forgotten != forgotten:  # the rows made ahead may not hold now
+                return at + known[0]
+        last = offsets[-1]
+        return last + get_frame(buf[last : last + HEADER_BYTES])[0]  # type: ignore[index]
+
+    def _grouper(self) -> Group:
+        if self._group is None:
+            # Imported on first need: numpy costs 11 MB, and a daemon that only follows
+            # live runs (a few records a read) never decodes a group.
+            from trainsentry.sources.event_batch import Group
+
+            self._group = Group()
+        return self._group
+
+    def _one(
+        self,
+        buf: bytes,
+        pos: int,
+        frame: _Frame,
+        rows: list[Any],
+        errors: list[DecodeError],
+        ftime: float,
+    ) -> bool:
+        """One complete record of a known header; False if its data fails its CRC."""
+        _, body, fields, cut, lookup, tail, _ = frame
+        data, stored = body(buf, pos)
+        c = crc32c(data)
+        if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != stored:
+            return False
+        if fields is not None:
+            b0, wall_time, b9, b10, b11, b12, value = fields(data)
+            if b0 == 9 and b9 == 16:  # wall_time (field 1), step (field 2)
+                if b10 < 128:
+                    step, j = b10, 11
+                elif b11 < 128:
+                    step, j = b10 + (b11 << 7) - 0x80, 12
+                elif b12 < 128:
+                    step, j = b10 + (b11 << 7) + (b12 << 14) - 0x4080, 13
+                else:
+                    step, j = _step_at_10(data)
+                tags = lookup(data[j:cut])
+                if tags is not None and (not tail or data.endswith(tail)):
+                    rows.append(_new(Row, (step, wall_time, tags, (value,))))
+                    return True
+                if self._shaped(buf, pos, data, j, step, rows.append):
+                    return True
+                many = self._many.get((len(data), data[j : j + _MANY_KEY]))
+                stamp = wall_time or ftime
+                if many is not None and many.take(data, j, step, stamp, rows):
+                    return True
+        self._slow(buf, pos, data, ftime, rows, errors)
+        return True
 
     def _reframe(self, buf: bytes, pos: int, errors: list[DecodeError]) -> int:
         """Where the next good record starts (its header now known), or -1-resume to stop."""
@@ -167,7 +369,7 @@ class TfEventsDecoder:
         if len(self._frames) >= 4096:
             self._frames.clear()
         total = HEADER_BYTES + length + FOOTER_BYTES
-        self._frames[header] = (total, body, fields, at, self._shapes[shape].get, tail)
+        self._frames[header] = (total, body, fields, at, self._shapes[shape].get, tail, shape)
 
     def _shaped(
         self, buf: bytes, pos: int, data: bytes, j: int, step: int, add: Callable[[Any], None]
@@ -196,11 +398,14 @@ class TfEventsDecoder:
         if len(table) >= 65536:
             table.clear()
         table[data[key_at:at]] = self._tags((tag,))
+        self._edits += 1
         frame = self._frames.get(header)
         if frame is not None and frame[4] != table.get:
             self._frame(header, len(data), shape)  # guess this shape for this length next
 
     def _forget_templates(self) -> None:
+        self._edits += 1
+        self._forgotten += 1
         for table in self._shapes.values():
             table.clear()
         self._many.clear()
