@@ -281,6 +281,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             failed = name in ("hang", "restarts")
             assert proc.returncode == (1 if failed else 0), f"{name}: {err[-3000:]}"
         wait_until(lambda: said(a, "hang", "rank_blocked_collective"), "the hang's page", 60)
+        # the daemon reads a crash loop's last attempts after torchrun has given up
+        wait_until(lambda: said(a, "restarts", "restart_storm"), "the restarts' storm", 120)
         receiver.wait_for(lambda reqs: any(b"hang_" in r.body for r in reqs), timeout=60)
         yield Fleet(
             a.root, alerts(a.alert_log), alerts(b.alert_log),
