@@ -11,6 +11,7 @@ peer measured in the same run). The wrappers' clock reads (~0.6 µs a call on
 a VM) make the per-record stages read a few hundredths of a µs/point high.
 
     python bench/stages.py --runs 1000 --seconds 60 [--minutes] [--prefill 4000] [--inject-every 2]
+    python bench/stages.py --runs 1000 --seconds 30 --bare   # the total, no clocks in the way
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ def main() -> None:
     ap.add_argument(
         "--inject-every", type=float, default=0.0, help="seconds between NaN runs (as --soak: 2)"
     )
+    ap.add_argument(
+        "--bare",
+        action="store_true",
+        help="no stage clocks: the daemon thread's total alone, without the clocks' own cost",
+    )
     args = ap.parse_args()
     gc.set_threshold(100_000, 50, 100)  # as cli.main sets it for `trainsentry run`
     clocks = Clocks()
@@ -123,10 +129,11 @@ def main() -> None:
             clocks.seconds[key] += time.thread_time() - collecting.get(0, time.thread_time())
             clocks.calls[key] += 1
 
-    gc.callbacks.append(gc_clock)
-    for cls, name in STAGES:
-        clocks.wrap(cls, name)
-    clocks.wrap(tail.FileTail, "read", lambda t: f"FileTail.read ({t.log.kind})")
+    if not args.bare:
+        gc.callbacks.append(gc_clock)
+        for cls, name in STAGES:
+            clocks.wrap(cls, name)
+        clocks.wrap(tail.FileTail, "read", lambda t: f"FileTail.read ({t.log.kind})")
     warmup = 15.0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "logs"

@@ -194,7 +194,11 @@ def axis(span: Span, step: int, wall_time: float, index: int) -> float:
 
 
 def median(values: Iterable[float]) -> float:
-    ordered = sorted(values)
+    return middle(sorted(values))
+
+
+def middle(ordered: list[float]) -> float:
+    """The median of values already in order."""
     n = len(ordered)
     mid = n // 2
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0

@@ -429,6 +429,8 @@ class Engine:
             alerts = run.series[tag] = [
                 self._new_alert(run, rule, tag, canonical) for rule in binding.series_rules
             ]
+        # Every point of a judged series runs this loop once per rule on it (a loss has a
+        # dozen): an alert judged quiet reads its last stamp once and builds nothing.
         for alert in alerts:
             rule = alert.rule
             if step < rule.min_step:
@@ -439,17 +441,19 @@ class Engine:
                     judged = condition.comparison.push(run.name, step, wall, value)
                     self._compared(rule, tag, judged, out)
                 continue
-            before = alert.last_step, alert.last_wall
-            if step < before[0]:  # the run resumed from a checkpoint: start the window afresh
-                alert.condition = self._condition(run, rule, tag)
-                before = (step, wall)
-            alert.last_step, alert.last_wall, alert.value = step, wall, value
-            verdict = alert.condition.update(step, wall, value, run)
+            last_step, last_wall = alert.last_step, alert.last_wall
+            if step < last_step:  # the run resumed from a checkpoint: start the window afresh
+                alert.condition = condition = self._condition(run, rule, tag)
+                last_step, last_wall = step, wall
+            alert.last_step = step
+            alert.last_wall = wall
+            alert.value = value
+            verdict = condition.update(step, wall, value, run)
             if not alert.holding and (
                 verdict is None or (verdict == QUIET and alert.lifecycle.phase == INACTIVE)
             ):
                 continue  # the common case: an idle alert judged quiet (or not judged) stays so
-            condition = alert.condition
+            before = last_step, last_wall
             if verdict == m.HELD and type(condition) is PairCondition and condition.awaits:
                 run.awaiting = [w for w in run.awaiting if w[0] is not alert]  # its latest only
                 run.awaiting.append((alert, step, before))

@@ -16,7 +16,7 @@ from array import array
 from collections import deque
 
 from trainsentry.alert import RECOVERED
-from trainsentry.rules.condition import RunView, axis, fmt, median, settled
+from trainsentry.rules.condition import RunView, axis, fmt, median, middle, settled
 from trainsentry.rules.model import ACTIVE, HELD, QUIET, Baseline, Pair, Plateau, Rise, Span
 from trainsentry.rules.packed import Packed
 from trainsentry.store.buffers import NO_SHRINK, cut_front
@@ -366,22 +366,19 @@ class BaselineCondition(Packed):
         self.z = math.nan
         self.band: tuple[float, float] | None = None  # (lowest, highest) it left
 
-    def _skipping(self, step: int) -> bool:
-        skip = self.spec.skip
-        return step < skip.amount if skip.unit == "steps" else self.count <= skip.amount
-
     def _learn(self) -> None:
-        values = list(self.ring)
-        self.med = median(values)
-        self.mad = median([abs(v - self.med) for v in values])
+        ordered = sorted(self.ring)  # a rolling baseline relearns every few points
+        self.med = med = middle(ordered)
+        self.mad = middle(sorted([abs(v - med) for v in ordered]))
         self.since_refresh = 0
 
     def update(self, step: int, wall_time: float, value: float, run: RunView) -> int | None:
         if math.isnan(value):
             return None
         self.count += 1
-        if self._skipping(step):
-            return None
+        skip = self.spec.skip
+        if step < skip.amount if skip.unit == "steps" else self.count <= skip.amount:
+            return None  # the run's first points: transients, not its baseline
         learned = not math.isnan(self.med)
         hit = self._judge(value) if learned else False
         # An anomaly never joins the rolling baseline: otherwise a layer that blows
@@ -424,17 +421,27 @@ class BaselineCondition(Packed):
         spec, med = self.spec, self.med
         self.value = value
         scale = max(1.4826 * self.mad, 1e-3 * abs(med), 1e-12)
-        self.z = (value - med) / scale
+        z = self.z = (value - med) / scale
         ratio = value / med if med > 0 else math.nan
-        checks = (
-            (spec.z_above, self.z > (spec.z_above or 0)),
-            (spec.z_below, self.z < (spec.z_below or 0)),
-            (spec.ratio_above, ratio > (spec.ratio_above or 0)),
-            (spec.ratio_below, ratio < (spec.ratio_below or 0)),
-            (spec.value_above, value > (spec.value_above or 0)),
-            (spec.value_below, value < (spec.value_below or 0)),
-        )
-        return all(hit for limit, hit in checks if limit is not None)
+        # every limit given must be passed (AND); tested one by one, the first missed ends
+        # it: three losses' baselines judge every point of every run
+        limit = spec.z_above
+        if limit is not None and not z > limit:
+            return False
+        limit = spec.z_below
+        if limit is not None and not z < limit:
+            return False
+        limit = spec.ratio_above
+        if limit is not None and not ratio > limit:
+            return False
+        limit = spec.ratio_below
+        if limit is not None and not ratio < limit:
+            return False
+        limit = spec.value_above
+        if limit is not None and not value > limit:
+            return False
+        limit = spec.value_below
+        return limit is None or value < limit
 
     def evidence(self) -> str:
         kind = "rolling" if self.spec.rolling else "learned"

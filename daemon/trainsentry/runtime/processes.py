@@ -91,6 +91,20 @@ def alive(process: RunProcess) -> bool:
     return started_at(process.pid) == process.pid_start
 
 
+def _gone(watched: Iterable[Watched]) -> list[Watched]:
+    """The watched whose process is gone, each pid's start read once: one process may
+    write the files of many runs (a sweep in one process), and /proc is read per pid."""
+    starts: dict[int, int | None] = {}
+    gone = []
+    for run, process in watched:
+        pid = process.pid
+        if pid not in starts:
+            starts[pid] = started_at(pid)
+        if starts[pid] != process.pid_start:
+            gone.append((run, process))
+    return gone
+
+
 class ProcessCheck:
     """Finds the watched processes that are gone, in two looks (see the module)."""
 
@@ -113,7 +127,7 @@ class ProcessCheck:
     def look(self, watched: Iterable[Watched], now: float) -> set[str]:
         """The runs with a process found gone: their files are to be read once more."""
         self.next_look = now + CHECK_SECONDS
-        gone = [(run, p) for run, p in watched if not alive(p)]
+        gone = _gone(watched)
         self.zombies = {}
         for _, p in gone:
             status = zombie_exit(p.pid, p.pid_start)
@@ -125,4 +139,6 @@ class ProcessCheck:
     def confirm(self, watched: Iterable[Watched]) -> list[tuple[str, str]]:
         """The suspects still gone, still without an end record, after their files' read."""
         suspects, self._suspects = self._suspects, set()
-        return [(run, p.path) for run, p in watched if (run, p.path) in suspects and not alive(p)]
+        return [
+            (run, p.path) for run, p in _gone(w for w in watched if (w[0], w[1].path) in suspects)
+        ]

@@ -195,6 +195,24 @@ def test_baseline_ratio_below_catches_a_collapse_to_a_fraction_of_normal() -> No
     assert timeline(got) == [("firing", "warning", 7), ("resolved", "warning", 8)]
 
 
+@pytest.mark.parametrize(
+    ("limits", "fires_on"),
+    [
+        ("z_above: 5, ratio_above: 2, value_above: 2.5", ["3"]),  # every limit passed
+        ("z_above: 5, ratio_above: 2, value_above: 3.5", []),  # one missed: no alarm
+        ("z_below: -5, ratio_below: 0.5, value_below: 0.1", ["0.05"]),
+        ("z_below: -5, ratio_below: 0.01, value_below: 0.1", []),
+        ("z_above: 5, z_below: -5", []),  # both sides at once: nothing passes
+    ],
+)
+def test_baseline_fires_only_when_every_limit_it_sets_is_passed(
+    limits: str, fires_on: list[str]
+) -> None:
+    rules = f"- {{name: b, metric: g, baseline: {{learn: 5 points, {limits}}}}}"
+    got = evaluate(rules, points("1 1.01 0.99 1 1.02 3 1 0.05 1", tag="g"))
+    assert [t.value for t in got if t.state == "firing"] == [float(v) for v in fires_on]
+
+
 def test_throughput_from_the_clock_fires_on_a_lasting_slowdown_not_on_one_pause() -> None:
     rules = """
     - name: slow

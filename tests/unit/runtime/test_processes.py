@@ -62,6 +62,25 @@ def test_a_process_gone_is_confirmed_only_by_a_second_look() -> None:
         job.wait()
 
 
+def test_one_process_writing_many_runs_is_looked_at_once_for_all_of_them() -> None:
+    job = subprocess.Popen(SLEEPER)
+    start = started_at(job.pid)
+    assert start is not None
+    sweep = [(f"run{i}", process_of(job.pid, start)) for i in range(50)]
+    reused = [("old", process_of(job.pid, start - 1))]  # an earlier process of the same pid
+    check = ProcessCheck()
+    try:
+        assert check.look(sweep + reused, now=0.0) == {"old"}
+        assert check.confirm(sweep + reused) == [("old", "run/p.jsonl")]
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        assert check.look(sweep, now=10.0) == {f"run{i}" for i in range(50)}
+        assert len(check.confirm(sweep)) == 50
+    finally:
+        job.kill()
+        job.wait()
+
+
 def test_only_a_process_of_this_host_and_pid_namespace_with_a_start_is_checkable() -> None:
     mine = process_of(1234, 99)
     assert mine.checkable(socket.gethostname(), own_namespace())
