@@ -73,11 +73,11 @@ MIN_MEDIAN_LEAD = 30
 # Issue 29: a gradual divergence (an lr ramp) paged a median of 100 steps or more
 # before the crash: time to stop and resume from a checkpoint before the damage.
 GRADUAL_FAULTS = ("lr_ramp",)
+MIN_MEDIAN_GRADUAL_LEAD = 100
 # Faults of part of the network (its layers frozen, dead or starved of gradient) that
 # the loss and total gradient norm of these small models do not show: where no
 # per-layer series is logged they are unobservable, listed apart, not missed.
 LAYER_FAULTS = ("frozen_layers", "dead_relu", "vanishing")
-MIN_MEDIAN_GRADUAL_LEAD = 100
 MAX_WARNINGS_PER_HEALTHY = 1.0
 MIN_NONCRASH_RECALL = 0.8
 

@@ -145,16 +145,18 @@ class ShapeRun:
             return (step + 1) * int(self.label["steps_per_epoch"])  # type: ignore[call-overload]
         return step
 
-    def series(self, role: str) -> list[tuple[int, float]]:
-        """The label's `role` series (loss, grad_norm, ...), as (optimizer step, value)."""
+    def role_points(self, role: str) -> list[Point]:
+        """The points of the label's `role` series (loss, grad_norm, ...)."""
         where = self.label["series"].get(role)  # type: ignore[union-attr]
         if not where:
             return []
         run = f"{self.name}/{where[0]}" if where[0] else self.name
+        return [p for p in self.points if p.run == run and p.tag == where[1]]
+
+    def series(self, role: str) -> list[tuple[int, float]]:
+        """The label's `role` series, as (optimizer step, value)."""
         return sorted(
-            (self.train_step(p.run, p.tag, p.step), p.value)
-            for p in self.points
-            if p.run == run and p.tag == where[1]
+            (self.train_step(p.run, p.tag, p.step), p.value) for p in self.role_points(role)
         )
 
 
@@ -347,20 +349,14 @@ def _observable(run: ShapeRun) -> bool:
     if fault == "frozen_layers":
         return logs_layer_norms(run.points)
     if fault == "slowdown":
-        return len({_wall_at(run, step) for step, _ in run.series("loss")}) > 2
+        return len({p.wall_time for p in run.role_points("loss")}) > 2
     return True
 
 
 def _wall_at(run: ShapeRun, step: int) -> float:
     """The wall time of the run's last loss point at or before `step`."""
-    where = run.label["series"].get("loss")  # type: ignore[union-attr]
-    if not where:
-        return math.nan
-    name = f"{run.name}/{where[0]}" if where[0] else run.name
     walls = [
-        p.wall_time
-        for p in run.points
-        if p.run == name and p.tag == where[1] and run.train_step(p.run, p.tag, p.step) <= step
+        p.wall_time for p in run.role_points("loss") if run.train_step(p.run, p.tag, p.step) <= step
     ]
     return max(walls, default=math.nan)
 

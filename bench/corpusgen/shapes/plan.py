@@ -71,33 +71,16 @@ def build_plan(quick: bool = False, shapes: list[str] | None = None) -> list[Sha
             args = TRAP_ARGS[trap] if trap in TRAP_ARGS else LAYER_TRAP_ARGS[trap]
             runs.append(ShapeRun(f"{shape}-healthy-{trap}", shape, trap=trap, steps=steps, **args))  # type: ignore[arg-type]
         for fault in faults:
+            when: dict[str, object]
             if fault in LAYER_FAULT_MODEL:  # from the first step
-                runs.append(
-                    ShapeRun(
-                        f"{shape}-{fault}",
-                        shape,
-                        fault=fault,
-                        steps=steps,
-                        onset=spec.step_base,
-                        model=LAYER_FAULT_MODEL[fault],
-                    )
-                )
-                continue
-            onset = _onset(shape, steps)
-            duration = 0
-            if fault == "slowdown":
-                duration = min(max(300, 6 * spec.log_every), steps - onset)
-            runs.append(
-                ShapeRun(
-                    f"{shape}-{fault}",
-                    shape,
-                    fault=fault,
-                    steps=steps,
-                    onset=onset,
-                    param=FAULT_PARAM[fault],
-                    duration=duration,
-                )
-            )
+                when = {"onset": spec.step_base, "model": LAYER_FAULT_MODEL[fault]}
+            else:
+                onset = _onset(shape, steps)
+                duration = 0
+                if fault == "slowdown":
+                    duration = min(max(300, 6 * spec.log_every), steps - onset)
+                when = {"onset": onset, "param": FAULT_PARAM[fault], "duration": duration}
+            runs.append(ShapeRun(f"{shape}-{fault}", shape, fault=fault, steps=steps, **when))  # type: ignore[arg-type]
     names = [r.name for r in runs]
     assert len(names) == len(set(names)), "run names must be unique"
     return runs

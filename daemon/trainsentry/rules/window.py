@@ -423,25 +423,16 @@ class BaselineCondition(Packed):
         scale = max(1.4826 * self.mad, 1e-3 * abs(med), 1e-12)
         z = self.z = (value - med) / scale
         ratio = value / med if med > 0 else math.nan
-        # every limit given must be passed (AND); tested one by one, the first missed ends
-        # it: three losses' baselines judge every point of every run
-        limit = spec.z_above
-        if limit is not None and not z > limit:
-            return False
-        limit = spec.z_below
-        if limit is not None and not z < limit:
-            return False
-        limit = spec.ratio_above
-        if limit is not None and not ratio > limit:
-            return False
-        limit = spec.ratio_below
-        if limit is not None and not ratio < limit:
-            return False
-        limit = spec.value_above
-        if limit is not None and not value > limit:
-            return False
-        limit = spec.value_below
-        return limit is None or value < limit
+        # every limit given must be passed (AND), the first missed ending it, with nothing
+        # built on the way: three losses' baselines judge every point of every run
+        return (
+            (spec.z_above is None or z > spec.z_above)
+            and (spec.z_below is None or z < spec.z_below)
+            and (spec.ratio_above is None or ratio > spec.ratio_above)
+            and (spec.ratio_below is None or ratio < spec.ratio_below)
+            and (spec.value_above is None or value > spec.value_above)
+            and (spec.value_below is None or value < spec.value_below)
+        )
 
     def evidence(self) -> str:
         kind = "rolling" if self.spec.rolling else "learned"

@@ -92,15 +92,15 @@ def alive(process: RunProcess) -> bool:
 
 
 def _gone(watched: Iterable[Watched]) -> list[Watched]:
-    """The watched whose process is gone, each pid's start read once: one process may
-    write the files of many runs (a sweep in one process), and /proc is read per pid."""
-    starts: dict[int, int | None] = {}
+    """The watched whose process is gone, each process looked up once: one process may
+    write the files of many runs (a sweep in one process), and /proc is read per look."""
+    looked: dict[tuple[int, int | None], bool] = {}
     gone = []
     for run, process in watched:
-        pid = process.pid
-        if pid not in starts:
-            starts[pid] = started_at(pid)
-        if starts[pid] != process.pid_start:
+        key = (process.pid, process.pid_start)
+        if key not in looked:
+            looked[key] = alive(process)
+        if not looked[key]:
             gone.append((run, process))
     return gone
 
