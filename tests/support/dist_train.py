@@ -159,10 +159,34 @@ def stop_agreed(path: str) -> bool:
     return bool(seen.item())
 
 
+def init_process_group(timeout: timedelta) -> None:
+    """gloo's process group, its addresses kept apart for each torchrun attempt.
+
+    torchrun's c10d rendezvous gives every attempt of a job the same store (torch 2.13:
+    "a new TCPStore for every retry", it says, but the agent's store is kept), and the
+    process group's keys carry no attempt: a relaunched rank that reads its peer's
+    address before the peer has written it anew gets the address of the attempt before,
+    long dead (`Gloo connectFullMesh failed ... Connection refused`, about one relaunch
+    in two on a busy 2-core machine). A prefix of the restart count gives each attempt
+    keys of its own, as an agent-less launch's fresh store does."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is None:  # not under torchrun: env:// as it comes
+        dist.init_process_group("gloo", timeout=timeout)
+        return
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+        is_master=rank == 0 and not agent_store, timeout=timeout, multi_tenant=True,
+    )  # fmt: skip
+    prefixed = dist.PrefixStore(f"attempt_{restart}/", store)
+    dist.init_process_group("gloo", store=prefixed, rank=rank, world_size=world, timeout=timeout)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)  # torchrun sets OMP_NUM_THREADS=1 only when it is unset
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
+    init_process_group(timedelta(seconds=args.pg_timeout))
     rank = dist.get_rank()
 
     torch.manual_seed(args.seed)

@@ -195,6 +195,8 @@ class Attempts:
             attempt = job.by_key[key] = before
         if attempt is not None:  # another rank (or node) of an attempt already begun
             self._current[run] = attempt
+            if not attempt.logged:  # its end was read before its first points: it logged
+                attempt.logged, attempt.first_step, attempt.first_wall = True, step, wall
             attempt.last_step = max(attempt.last_step, step)
             attempt.last_wall = max(attempt.last_wall, wall)
             attempt.high_step = max(attempt.high_step, step)
@@ -205,10 +207,7 @@ class Attempts:
         attempt = Attempt(key, run, step, wall, step, wall, step)
         attempt.node = self._node_of.get(run, "")
         self._current[run] = attempt
-        job.add(attempt)
-        if len(job.attempts) > MAX_ATTEMPTS:
-            gone = job.attempts.pop(0)
-            job.by_key = {k: a for k, a in job.by_key.items() if a is not gone}
+        self._add(job, attempt)
         job.best = max(job.best, step)
         if before is None:
             return None
@@ -216,6 +215,13 @@ class Attempts:
             member.job, run, step, wall, attempt, before, len(job.attempts) - 1,
             list(job.attempts),
         )  # fmt: skip
+
+    @staticmethod
+    def _add(job: JobAttempts, attempt: Attempt) -> None:
+        job.add(attempt)
+        if len(job.attempts) > MAX_ATTEMPTS:
+            gone = job.attempts.pop(0)
+            job.by_key = {k: a for k, a in job.by_key.items() if a is not gone}
 
     def _unseen(
         self, job: JobAttempts, before: Attempt, key: tuple[str, ...], number: int, wall: float
@@ -237,21 +243,50 @@ class Attempts:
             before = unseen
         return before
 
-    def ended(self, run: str, cause: str) -> None:
-        """A rank's log said how its attempt ended (a crash's cause)."""
+    def ended(
+        self, run: str, cause: str, wall: float = math.nan, *, failed: bool = False
+    ) -> Restart | None:
+        """A rank's log said at `wall` how its attempt ended (a crash's cause). A torchrun
+        attempt that `failed` before any point of it was read, after an earlier attempt of
+        its agent, is a restart all the same (a rendezvous that failed: a crash loop whose
+        relaunches all die there logs no step again), judged now: the Restart."""
         current = self._current.get(run)
         if current is not None:
             if not current.cause:
                 current.cause = cause
-            return
-        member = member_of(run)  # an attempt with no point yet: its cause waits for it
-        if member.attempt is not None:
-            job = self._jobs.get(member.job)
-            if job is None:
-                job = self._jobs[member.job] = JobAttempts()
-            key = (member.agent, str(member.attempt))
-            if key not in job.by_key and len(job.causes) < MAX_ATTEMPTS:
+            return None
+        member = member_of(run)
+        if member.attempt is None:
+            return None
+        job = self._jobs.get(member.job)
+        if job is None:
+            job = self._jobs[member.job] = JobAttempts()
+        key = (member.agent, str(member.attempt))
+        known = job.by_key.get(key)
+        if known is not None:  # another rank of it said so first
+            if not known.cause:
+                known.cause = cause
+            return None
+        before = job.attempts[-1] if job.attempts else None
+        if (
+            not failed
+            or before is None
+            or before.key[0] != key[0]
+            or not before.key[1].isdigit()
+            or not math.isfinite(wall)
+        ):
+            if len(job.causes) < MAX_ATTEMPTS:  # its cause waits for its first point
                 job.causes.setdefault(key, cause)
+            return None
+        if int(before.key[1]) >= member.attempt:
+            return None  # an earlier attempt's rank, read late
+        before = self._unseen(job, before, key, member.attempt, wall)
+        high = before.high_step
+        attempt = Attempt(key, run, high, wall, high, wall, high, cause, logged=False)
+        attempt.node = self._node_of.get(run, "")
+        self._add(job, attempt)
+        return Restart(member.job, run, high, wall, attempt, before, len(job.attempts) - 1,
+                       list(job.attempts))  # fmt: skip
 
     def boundary(self, run: str, cause: str, wall: float) -> None:
         """A line said at `wall` that the run's attempt ended and the job runs again into
@@ -301,10 +336,14 @@ def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:
     """Whether a restart trips the rule, and the evidence said in its message."""
     attempt, before = restart.attempt, restart.before
     number = restart.attempt.key[1] if restart.attempt.key[1].isdigit() else None
+    began = (
+        f" resumed at step {attempt.first_step}"
+        if attempt.logged
+        else f" ended before its first step: {attempt.cause}"
+    )
     said = (
         f"{restart.job} restarted: attempt {int(number) + 1 if number else len(restart.recent)}"
-        f" resumed at step"
-        f" {attempt.first_step}; the attempt before got to step {before.high_step}"
+        f"{began}; the attempt before got to step {before.high_step}"
         + (f" and ended: {before.cause}" if before.cause else "")
         + f"; {restart.lost_steps()} steps and {duration(restart.lost_seconds())} of work lost"
     )

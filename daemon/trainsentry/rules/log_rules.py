@@ -517,6 +517,15 @@ class LogEngine:
                 run, rule, restart.run, ATTEMPTS_METRIC, restart.restarts, label, at, said, out
             )
 
+    def _attempt_ended(
+        self, run_id: str, cause: str, wall: float, out: list[Transition] | None, failed: bool
+    ) -> None:
+        """How a run's attempt ended; one that failed before any point is a restart judged
+        now."""
+        restart = self.attempts.ended(run_id, cause, wall, failed=failed)
+        if restart is not None and out is not None:
+            self._restarted(self._run(run_id), restart, out)
+
     def _firing_in_job(self, job: str, rule: str) -> bool:
         for name, other in self._runs.items():
             alert = other.alerts.get(rule)
@@ -565,7 +574,7 @@ class LogEngine:
             first = not life.ended
             life.state, life.ended_wall, life.by_fallback = cond.ends_run, wall, cond.fallback
             life.cause = _cause(cond.cause, groups, alert.telling[0])
-            self.attempts.ended(event.run, life.cause)
+            self._attempt_ended(event.run, life.cause, wall, out, cond.ends_run != "finished")
             if first:
                 self.ended.append((event.run, life))
                 if cond.ends_run == "crashed":
@@ -708,7 +717,7 @@ class LogEngine:
         if life.ended:
             return
         life.state, life.cause, life.ended_wall = state, cause, wall
-        self.attempts.ended(run_id, cause or state)
+        self._attempt_ended(run_id, cause or state, wall, out, state != "finished")
         self.ended.append((run_id, life))
         if out is not None and state == "crashed":
             self._lost(run_id, "crashed", out)

@@ -68,6 +68,60 @@ def test_attempts_torchrun_numbered_but_never_logged_count_towards_a_storm() -> 
     ]
 
 
+# the lines a rank of torchrun's relaunch wrote when gloo's rendezvous failed (torch
+# 2.13, 2 CPU ranks under --max-restarts on a busy machine), paths shortened
+GLOO_FAILED = (
+    "Traceback (most recent call last):",
+    '  File "dist_train.py", line 165, in main',
+    '    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))',
+    '  File "torch/distributed/distributed_c10d.py", line 2169, in _new_process_group_helper',
+    "    backend_class = ProcessGroupGloo(",
+    "RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/"
+    "gloo/transport/tcp/pair.h:311] Connect timeout [none]",
+)
+
+
+def test_relaunches_that_all_die_before_their_first_step_are_a_storm_when_they_end() -> None:
+    """A crash loop whose last relaunches all die in the rendezvous logs no step again: each
+    is a restart once its ranks' tracebacks say it ended, the third a storm."""
+    engine = LogEngine(load_rules())
+    out: list[Transition] = []
+    for n, first in ((0, 0), (1, 30)):
+        out += fed(engine, f"j_abcdefgh/attempt_{n}/0", range(first, first + 30), T0 + 100 * n)
+    for n in (2, 3):
+        for rank in (0, 1):
+            run = f"j_abcdefgh/attempt_{n}/{rank}"
+            crash = TextEvent("stderr.log", 1, T0 + 100 * n, GLOO_FAILED, "traceback", run=run)
+            out += engine.feed([crash])
+    restarts = [(rule, run) for rule, run in fired(out) if rule != "python_exception"]
+    assert restarts == [
+        ("job_restarted", "j_abcdefgh/attempt_1/0"),
+        ("job_restarted", "j_abcdefgh/attempt_2/0"),
+        ("job_restarted", "j_abcdefgh/attempt_3/0"),
+        ("restart_storm", "j_abcdefgh/attempt_3/0"),
+    ]
+    [storm] = [t for t in out if t.rule == "restart_storm"]
+    assert "attempt 4 ended before its first step: RuntimeError: Gloo connectFullMesh" in (
+        storm.message
+    )
+    assert "3 restarts in 30 min" in storm.message
+    assert engine.attempts.of("j_abcdefgh/attempt_1/0") == (4, 2)
+
+
+def test_an_attempts_end_read_before_its_points_is_one_restart_that_logged() -> None:
+    """One read may give a rank's traceback before the points its other file holds."""
+    engine = LogEngine(load_rules())
+    out = fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
+    run = "j_abcdefgh/attempt_1/1"
+    crash = TextEvent("stderr.log", 1, T0 + 130, GLOO_FAILED, "traceback", run=run)
+    out += engine.feed([crash])
+    out += fed(engine, "j_abcdefgh/attempt_1/0", range(30, 60), T0 + 100)
+    assert [r for r, _ in fired(out) if r != "python_exception"] == ["job_restarted"]
+    out += fed(engine, "j_abcdefgh/attempt_2/0", range(60, 90), T0 + 200)
+    message = [t.message for t in out if t.rule == "job_restarted"][-1]
+    assert "attempt 3 resumed at step 60" in message
+
+
 def test_the_attempts_are_saved_with_the_alert_state() -> None:
     engine = LogEngine(load_rules())
     fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
