@@ -58,6 +58,7 @@ YOUNG_SECONDS = 600.0
 YOUNG_ON_NODE = 2
 MAX_NODE_CHARS = 256  # a host name (RFC 1035: 253); a longer one is cut
 MAX_CLOSED = 65_536  # runs waiting for their next attempt (a fleet's, requeued at once)
+MAX_WORDS = 64  # ranks whose word on an attempt's end is kept: the first to speak say it
 MAX_SHAPES = 256  # record shapes a run's steps are followed by (a new one per line: bounded)
 # A relaunch begins after the attempt before it went quiet: torchrun's agent takes 7-13 s
 # from a crash to the new attempt's first step (measured on 4 CPU ranks), a scheduler's
@@ -76,12 +77,15 @@ class Attempt:
     last_step: int
     last_wall: float
     high_step: int
-    cause: str = ""  # how it ended, when a rank's log said it
+    cause: str = ""  # how it ended, when a rank's log said it (_tell)
     # False for an attempt torchrun's numbering says began and ended without a point
     # logged (a rendezvous that failed, a crash in the first step): inferred, not seen
     logged: bool = True
     number: int = 1  # its place among the job's attempts, from 1 (`status` shows it)
     node: str = ""  # the host it ran on, where a line or the probe named it
+    # each rank's word on how it ended, in the order they first spoke: run → (cause, whether
+    # it only waited on a peer), the first MAX_WORDS ranks'
+    words: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     @property
     def young(self) -> bool:
@@ -95,7 +99,8 @@ class JobAttempts:
     by_key: dict[tuple[str, ...], Attempt] = field(default_factory=dict)
     rewinds: dict[str, int] = field(default_factory=dict)  # run → its attempts by rewinding
     best: int = -(2**62)  # the highest step any attempt reached
-    causes: dict[tuple[str, ...], str] = field(default_factory=dict)  # of attempts not seen yet
+    # of attempts not seen yet: their ranks' words (Attempt.words)
+    causes: dict[tuple[str, ...], dict[str, tuple[str, bool]]] = field(default_factory=dict)
     begun: int = 0  # attempts ever begun (the list keeps the last MAX_ATTEMPTS)
 
     def add(self, attempt: Attempt) -> None:
@@ -237,23 +242,31 @@ class Attempts:
             gap = (key[0], str(missing))
             unseen = Attempt(
                 gap, before.run, before.high_step, wall, before.high_step, wall,
-                before.high_step, job.causes.pop(gap, ""), logged=False,
+                before.high_step, logged=False,
             )  # fmt: skip
+            for run, word in job.causes.pop(gap, {}).items():
+                _tell(unseen, run, *word)
             job.add(unseen)
             before = unseen
         return before
 
     def ended(
-        self, run: str, cause: str, wall: float = math.nan, *, failed: bool = False
+        self,
+        run: str,
+        cause: str,
+        wall: float = math.nan,
+        *,
+        failed: bool = False,
+        waited: bool = False,
     ) -> Restart | None:
-        """A rank's log said at `wall` how its attempt ended (a crash's cause). A torchrun
-        attempt that `failed` before any point of it was read, after an earlier attempt of
-        its agent, is a restart all the same (a rendezvous that failed: a crash loop whose
-        relaunches all die there logs no step again), judged now: the Restart."""
+        """A rank's log said at `wall` how its attempt ended (a crash's cause; one that
+        `waited` on a peer says less than the peer's own). A torchrun attempt that `failed`
+        before any point of it was read, after an earlier attempt of its agent, is a restart
+        all the same (a rendezvous that failed: a crash loop whose relaunches all die there
+        logs no step again), judged now: the Restart."""
         current = self._current.get(run)
         if current is not None:
-            if not current.cause:
-                current.cause = cause
+            _tell(current, run, cause, waited)
             return None
         member = member_of(run)
         if member.attempt is None:
@@ -264,8 +277,7 @@ class Attempts:
         key = (member.agent, str(member.attempt))
         known = job.by_key.get(key)
         if known is not None:  # another rank of it said so first
-            if not known.cause:
-                known.cause = cause
+            _tell(known, run, cause, waited)
             return None
         before = job.attempts[-1] if job.attempts else None
         if (
@@ -275,14 +287,18 @@ class Attempts:
             or not before.key[1].isdigit()
             or not math.isfinite(wall)
         ):
-            if len(job.causes) < MAX_ATTEMPTS:  # its cause waits for its first point
-                job.causes.setdefault(key, cause)
+            words = job.causes.get(key)
+            if words is None and len(job.causes) < MAX_ATTEMPTS:
+                words = job.causes[key] = {}  # its cause waits for its first point
+            if words is not None and (run in words or len(words) < MAX_WORDS):
+                words[run] = (cause, waited)
             return None
         if int(before.key[1]) >= member.attempt:
             return None  # an earlier attempt's rank, read late
         before = self._unseen(job, before, key, member.attempt, wall)
         high = before.high_step
-        attempt = Attempt(key, run, high, wall, high, wall, high, cause, logged=False)
+        attempt = Attempt(key, run, high, wall, high, wall, high, logged=False)
+        _tell(attempt, run, cause, waited)
         attempt.node = self._node_of.get(run, "")
         self._add(job, attempt)
         return Restart(member.job, run, high, wall, attempt, before, len(job.attempts) - 1,
@@ -295,7 +311,9 @@ class Attempts:
         current = self._current.get(run)
         if current is None:
             return
-        current.cause = cause  # the scheduler's word, over the signal that ended its process
+        # the scheduler's word, over the signal that ended its process
+        current.words = {"": (cause, False), **current.words}
+        current.cause = cause
         if run in self._closed or len(self._closed) < MAX_CLOSED:
             self._closed[run] = wall
 
@@ -330,6 +348,18 @@ class Attempts:
         self._last.pop(run, None)
         self._closed.pop(run, None)
         self._node_of.pop(run, None)
+
+
+def _tell(attempt: Attempt, run: str, cause: str, waited: bool) -> None:
+    """A rank's word on how the attempt ended (a later one of the same rank replaces its
+    own: a specific rule's over the generic traceback's). The cause is the first rank's
+    that did not only wait on a peer: when one rank raises, the others' collectives end on
+    the connection it closed, and which rank's log is read first is chance."""
+    words = attempt.words
+    if run in words or len(words) < MAX_WORDS:
+        words[run] = (cause, waited)
+    said = next((c for c, w in words.values() if not w), None)
+    attempt.cause = said or next(iter(words.values()), (attempt.cause, False))[0]
 
 
 def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:

@@ -518,11 +518,17 @@ class LogEngine:
             )
 
     def _attempt_ended(
-        self, run_id: str, cause: str, wall: float, out: list[Transition] | None, failed: bool
+        self,
+        run_id: str,
+        cause: str,
+        wall: float,
+        out: list[Transition] | None,
+        failed: bool,
+        waited: bool = False,
     ) -> None:
         """How a run's attempt ended; one that failed before any point is a restart judged
         now."""
-        restart = self.attempts.ended(run_id, cause, wall, failed=failed)
+        restart = self.attempts.ended(run_id, cause, wall, failed=failed, waited=waited)
         if restart is not None and out is not None:
             self._restarted(self._run(run_id), restart, out)
 
@@ -574,7 +580,8 @@ class LogEngine:
             first = not life.ended
             life.state, life.ended_wall, life.by_fallback = cond.ends_run, wall, cond.fallback
             life.cause = _cause(cond.cause, groups, alert.telling[0])
-            self._attempt_ended(event.run, life.cause, wall, out, cond.ends_run != "finished")
+            failed = cond.ends_run != "finished"
+            self._attempt_ended(event.run, life.cause, wall, out, failed, cond.collective_timeout)
             if first:
                 self.ended.append((event.run, life))
                 if cond.ends_run == "crashed":

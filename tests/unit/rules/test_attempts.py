@@ -122,6 +122,42 @@ def test_an_attempts_end_read_before_its_points_is_one_restart_that_logged() -> 
     assert "attempt 3 resumed at step 60" in message
 
 
+# rank 0 raised; rank 1's allreduce then ended on the connection rank 0's exit closed
+# (torch 2.13, gloo, 2 CPU ranks), paths shortened
+RAISED = (
+    "Traceback (most recent call last):",
+    '  File "dist_train.py", line 240, in main',
+    '    raise RuntimeError(f"injected crash after the checkpoint of step {step}")',
+    "RuntimeError: injected crash after the checkpoint of step 29",
+)
+PEER_CLOSED = (
+    "Traceback (most recent call last):",
+    '  File "dist_train.py", line 221, in main',
+    "    dist.all_reduce(loss)",
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+    "closed by peer [127.0.0.1]:4001",
+)
+
+
+def test_an_attempt_ended_by_the_rank_that_raised_not_by_the_peer_it_left_waiting() -> None:
+    """Whichever rank's log is read first, the restart says rank 0's error, not the
+    connection rank 1's collective lost when rank 0 exited."""
+    for order in ((1, 0), (0, 1)):
+        engine = LogEngine(load_rules())
+        out: list[Transition] = []
+        for rank in (0, 1):
+            out += fed(engine, f"j_abcdefgh/attempt_0/{rank}", range(0, 30), T0)
+        for rank in order:
+            lines = RAISED if rank == 0 else PEER_CLOSED
+            run = f"j_abcdefgh/attempt_0/{rank}"
+            out += engine.feed([TextEvent("stderr.log", 1, T0 + 31, lines, "traceback", run=run)])
+        out += engine.tick(T0 + 60)  # the held collective timeout fires
+        out += fed(engine, "j_abcdefgh/attempt_1/0", range(30, 60), T0 + 100)
+        [message] = [t.message for t in out if t.rule == "job_restarted"]
+        assert "got to step 29 and ended: RuntimeError: injected crash after the" in message
+        assert "gloo_collective_timeout" in {t.rule for t in out}, order
+
+
 def test_the_attempts_are_saved_with_the_alert_state() -> None:
     engine = LogEngine(load_rules())
     fed(engine, "j_abcdefgh/attempt_0/0", range(0, 30), T0)
