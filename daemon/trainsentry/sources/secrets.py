@@ -63,10 +63,17 @@ SECRET_SHAPES = tuple(shape for shape, _ in _SHAPES)
 _HINT = re.compile(r"://|bearer|basic|token|pass|pwd|secret|key|hf_|gh|sk-|xox|akia|asia|eyj")
 
 
-def mask_secrets(line: str) -> str:
-    """The line with every credential it shows replaced by ****, its kind kept."""
+def mask_secrets(line: str, after: str = "") -> str:
+    """The line with every credential it shows replaced by ****, its kind kept. A line cut
+    inside a word (`after`: the character that followed the cut, text_events.clean) loses
+    that word's kept part to **** where the line holds a hint of one: the cut may leave a
+    credential shorter than its shape needs to be recognised (`hf_` and 12 of its
+    characters, a JWT's first two parts), and alerts quote lines, they do not archive
+    them."""
     if _HINT.search(line.lower()) is None:
-        return line
+        return line  # nor a credential's first characters, up to its cut
+    if after and not after.isspace() and not line[-1].isspace():
+        line = line[: len(line) - len(line.rsplit(None, 1)[-1])] + MASK
     for pattern, replacement in _RULES:
         line = pattern.sub(replacement, line)
     return line

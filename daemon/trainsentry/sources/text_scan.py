@@ -84,7 +84,7 @@ def plain_events(event: TextEvent) -> list[TextEvent]:
         cuts: tuple[tuple[int, str], ...] = ()
         if len(line) > MAX_LINE_CHARS:
             line, after = clean(line)
-            line, cuts = mask_secrets(line), ((0, after),)
+            line, cuts = mask_secrets(line, after), ((0, after),)
         out.append(TextEvent(path, first + k, wall, (line,), "line", "", run, cuts))
     return out
 
@@ -108,4 +108,4 @@ def _shown(line: str) -> str:
     """A plain line as its event holds it: cut and masked if longer than the limit."""
     if len(line) <= MAX_LINE_CHARS:
         return line
-    return mask_secrets(clean(line)[0])
+    return mask_secrets(*clean(line))

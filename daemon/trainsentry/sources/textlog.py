@@ -100,7 +100,7 @@ class TextDecoder:
                         break
             newline = raw.index(b"\n", pos)
             text, after = clean(raw[pos:newline].decode("utf-8", "replace"))
-            grouper.push(number, mask_secrets(text), found, after)
+            grouper.push(number, mask_secrets(text, after), found, after)
             if found:
                 events.extend(_event(g, file_time) for g in found)
                 found.clear()
@@ -162,7 +162,7 @@ def record_event(record: dict[str, Any], number: int, file_time: float) -> TextE
         text, after = clean(raw)
         if after:
             cuts.append((len(lines), after))
-        lines.append(mask_secrets(text))
+        lines.append(mask_secrets(text, after))
     return TextEvent("", number, file_time, tuple(lines), "record", level, "", tuple(cuts))
 
 

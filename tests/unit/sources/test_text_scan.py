@@ -59,7 +59,7 @@ def oracle(data: bytes, wall: float) -> list[TextEvent]:
     grouper, found = Grouper(), list[Grouped]()
     for number, raw in enumerate(data.split(b"\n")[:-1], 1):
         text, after = clean(raw.decode("utf-8", "replace"))
-        grouper.push(number, mask_secrets(text), found, after)
+        grouper.push(number, mask_secrets(text, after), found, after)
     grouper.flush(found)
     out = []
     for g in found:
