@@ -142,6 +142,9 @@ class _Run:
     # the rows of a step a feed of points left open (`feed_all`: another run's point
     # came between two of its values): judged with the rest of the step
     held: list[Row] = field(default_factory=list)
+    # the tags of the step judged last: a step read live that lacks one of them may go on
+    # in the run's next read (`_feed`'s `now`)
+    step_tags: tuple[str, ...] = ()
     # rule name → its layers' newest values: an `across_layers` rule compares them
     layers: dict[str, LayerGroup] = field(default_factory=dict)
 
@@ -150,6 +153,15 @@ class _Run:
 
     def other(self, canonical: str) -> OtherSeries | None:
         return self.others.get(canonical + self.axis)
+
+
+def _complete(before: tuple[str, ...], first: Row, more: list[Row]) -> bool:
+    """Whether a step read live holds every tag the run's step before held: then nothing
+    of it is still to come, as far as the run's writing shows."""
+    if not more and first[2] == before:  # a record a step, the same tags every step
+        return True
+    tags = set(first[2]).union(*(row[2] for row in more))
+    return tags.issuperset(before)
 
 
 def axis_of(tag: str) -> str:
@@ -188,6 +200,9 @@ class Engine:
         # group → (rule, tag) → the ranks of a job compared on one series (ranks.py)
         self._comparisons: dict[str, dict[tuple[m.Rule, str], RankComparison]] = {}
         self._ranks: dict[str, set[str]] = {}  # group → its ranks followed or fed
+        # run → when its last step read live was left open, to be judged with the rest of
+        # it or, once its writer has been quiet, by `settle`
+        self._open: dict[str, float] = {}
         self._load(rules)
 
     def _load(self, rules: m.RuleSet | Iterable[m.Rule]) -> None:
@@ -290,19 +305,44 @@ class Engine:
             self._settle_held(run_id, out)
         return out
 
-    def feed_rows(self, run_id: str, rows: Iterable[Row]) -> list[Transition]:
-        """Evaluate one run's rows in order; the transitions they caused, in order."""
+    def feed_rows(
+        self, run_id: str, rows: Iterable[Row], *, now: float | None = None
+    ) -> list[Transition]:
+        """Evaluate one run's rows in order; the transitions they caused, in order.
+
+        Live (`now` given), a read may end inside a step: a writer flushes when its
+        queue fills (SummaryWriter's 10 events), not where a step ends, and the step's
+        other values come with the next read. Judged at once, its loss would be judged
+        without the lr logged beside it, and a spike fire that replay, reading the
+        whole step, inhibits. So the last step of the rows is left open when it lacks a
+        tag the step before it held (a complete step, the common case, is judged at
+        once), and judged with the rest of it, or by `settle` once it waited.
+        """
         out: list[Transition] = []
-        self._feed(run_id, rows, out)
+        self._feed(run_id, rows, out, opened=now)
+        return out
+
+    def settle(self, before: float) -> list[Transition]:
+        """The open steps left before `before`, judged as they are: their writer has been
+        quiet since, so no more of them is coming."""
+        out: list[Transition] = []
+        for run_id in [r for r, when in self._open.items() if when < before]:
+            self._settle_held(run_id, out)
         return out
 
     def _settle_held(self, run_id: str, out: list[Transition]) -> None:
         run = self._runs.get(run_id)
         if run is not None and run.held:
             self._feed(run_id, (), out)
+        self._open.pop(run_id, None)
 
     def _feed(
-        self, run_id: str, rows: Iterable[Row], out: list[Transition], hold: bool = False
+        self,
+        run_id: str,
+        rows: Iterable[Row],
+        out: list[Transition],
+        hold: bool = False,
+        opened: float | None = None,
     ) -> None:
         """The daemon's per-record hot path: a run's rows, a step at a time.
 
@@ -318,8 +358,9 @@ class Engine:
             run = self._runs[run_id] = _Run(run_id)
         held: Row | None = None
         group: list[Row] = []
-        if run.held:  # the step a feed of points left open: its other values may follow
+        if run.held:  # the step a feed left open: its other values may follow
             held, group, run.held = run.held[0], run.held[1:], []
+            self._open.pop(run_id, None)
         for row in rows:
             if held is None:
                 held = row
@@ -332,6 +373,9 @@ class Engine:
             return
         if hold:
             run.held = [held, *group]
+        elif opened is not None and not _complete(run.step_tags, held, group):
+            run.held = [held, *group]
+            self._open[run_id] = opened
         else:
             self._moment(run, held, group, out)
 
@@ -340,6 +384,7 @@ class Engine:
         mark = len(out)
         if not more:
             self._row(run, first, out)
+            run.step_tags = first[2]
         else:
             values = [
                 (tag, wall, value)
@@ -351,6 +396,7 @@ class Engine:
             for tag, wall, value in values:
                 self._row(run, Row(step, wall, (tag,), (value,)), out)
             run.last_wall = max(v[1] for v in values)
+            run.step_tags = tuple(dict.fromkeys(v[0] for v in values))
         if len(out) - mark > 1:
             _unshown(out, mark)
 
@@ -690,8 +736,9 @@ class Engine:
 
     def finish(self, run_id: str, reason: str = "run finished") -> list[Transition]:
         """Resolve what is firing on a run and forget it (it ended, or was deleted)."""
-        run = self._runs.pop(run_id, None)
         out: list[Transition] = []
+        self._settle_held(run_id, out)  # its last step, left open: no more of it comes
+        run = self._runs.pop(run_id, None)
         if run is not None:
             self._end(run, run.alerts, run.last_step, run.last_wall, reason, out)
         member = member_of(run_id)

@@ -252,12 +252,15 @@ class LogEngine:
 
     def _ranks_of(self, *, alive: bool = False) -> dict[str, set[str]]:
         """The ranks of each group whose metrics or text were seen; `alive`: only those
-        whose life has not ended (a rank that crashed with an error of its own meanwhile,
-        a peer's exit it read as one, did not block the others: it said something)."""
+        whose life has not ended by a line of their own (a rank that crashed with an error
+        of its own meanwhile, a peer's exit it read as one, did not block the others: it
+        said something; one whose process was seen gone, killed by torchrun once the
+        others failed, said nothing)."""
         out: dict[str, set[str]] = {}
         for name, run in self._runs.items():
             member = member_of(name)
-            if member.ranked and not (alive and run.life.ended):
+            life = run.life
+            if member.ranked and not (alive and life.ended and not life.by_process):
                 out.setdefault(member.group, set()).add(name)
         return out
 
@@ -703,6 +706,7 @@ class LogEngine:
         elif ending.state:
             self._end_life(run_id, run.life, ending.state, "", wall)
         run.life.by_writer = process.by == WRITER and run.life.ended
+        run.life.by_process = run.life.ended
         return out
 
     def _ended_by(self, run: _Run, event: TextEvent, state: str, cause: str) -> list[Transition]:

@@ -45,6 +45,10 @@ class RunLife:
     # ended by its writer's end (runtime/writers.py): a new process found writing its
     # files is a restart at once, where other ends wait for RESTART_GRACE of new data
     by_writer: bool = False
+    # ended by its process's end seen from outside (the probe's or its writer's process
+    # gone), with no line of its own: in a collective hang it may be the blocked rank,
+    # which torchrun kills once the others' timeouts fail them (rules/hang.py)
+    by_process: bool = False
 
     @property
     def ended(self) -> bool:

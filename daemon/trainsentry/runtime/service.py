@@ -60,6 +60,12 @@ HEARTBEAT_SECONDS = 5.0
 # make the loop cycle many times a second), and no-data deadlines this often or,
 # when the rules' silences are minutes, every `Engine.tick_every`.
 TICK_SECONDS = 1.0
+# How long a step read in part waits for the rest of it (Engine.feed_rows): a writer that
+# flushes a step in pieces sends the rest with its next flush, at the latest with the
+# next step's first values (SummaryWriter's queue of 10 events): a step's time later,
+# seconds for a large model. Only a step lacking a tag the step before it held waits;
+# a NaN in one is paged at most this much later.
+OPEN_STEP_SECONDS = 5.0
 # The stuck-loop guard is generous: killing a healthy daemon in a long
 # backfill would be worse than restarting a hung one a minute late.
 STUCK_SECONDS = 300.0
@@ -229,9 +235,10 @@ class Service:
             if life is not None and life.ended:
                 return  # the last words of a run that ended, not a run to judge (log_rules.py)
         for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
-            if step:
+            if step:  # a step left open is judged on the clock it was read by
+                self.deliver(self.engine.feed_rows(run, ()))
                 self.engine.shift_clock(run, step)
-            self.deliver(self.engine.feed_rows(run, part))
+            self.deliver(self.engine.feed_rows(run, part, now=time.time()))
 
     def _checkpoints(self, run: str, rows: list[Row]) -> None:
         """A checkpoint root's rows (sources/checkpoints.py): saves on disk, stamped with
@@ -347,6 +354,7 @@ class Service:
             self._check_processes(now)
         if now >= self._next_tick:  # deadlines are minutes; a busy loop cycles 100s of times/s
             self._next_tick = now + TICK_SECONDS
+            self.deliver(self.engine.settle(time.time() - OPEN_STEP_SECONDS))
             if now >= self._next_clocks:
                 self._next_clocks = now + max(TICK_SECONDS, self.engine.tick_every)
                 ticked = self.engine.tick(self.silence.look(), self.silence.now_of)

@@ -14,13 +14,15 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from random import Random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainsentry.alert import Transition
 from trainsentry.backtest.replay import replay_transitions
-from trainsentry.point import Point
+from trainsentry.point import Point, Row
+from trainsentry.rules.engine import Engine
 from trainsentry.rules.loader import load_rules
 from trainsentry.sources.reading import wall_order
 
@@ -100,3 +102,56 @@ def test_no_order_of_a_steps_tags_nor_of_a_runs_files_changes_a_verdict(
 ) -> None:
     got = replay_transitions(points(files, random.Random(seed)), PACK, order="input")
     assert verdicts(got) == BASELINE
+
+
+def live(cuts: list[int], seed: int) -> list[Transition]:
+    """The run's one file read live: its records in reads that end where `cuts` say,
+    anywhere within a step (a writer flushes when its queue fills, not where a step
+    ends), each read fed as the daemon feeds it."""
+    engine = Engine(PACK)
+    rows = [Row(p.step, p.wall_time, (p.tag,), (p.value,)) for p in points(ONE_FILE, Random(seed))]
+    ends = sorted({min(c, len(rows)) for c in cuts} | {len(rows)})
+    out: list[Transition] = []
+    start = 0
+    for n, end in enumerate(ends):
+        out += engine.feed_rows(RUN, rows[start:end], now=float(n))
+        start = end
+    return out + engine.settle(math.inf) + engine.finish_all()
+
+
+def same(got: list[Transition]) -> None:
+    """The baseline's verdicts; the run's end resolves what fires in the order its
+    alerts were made, which is no verdict."""
+    ended = [v for v in BASELINE if v[-1] == "run finished"]
+    seen = verdicts(got)
+    assert seen[: -len(ended)] == BASELINE[: -len(ended)]
+    assert sorted(seen[-len(ended) :]) == sorted(ended)
+
+
+def test_a_read_cut_anywhere_in_the_jumps_step_changes_no_verdict() -> None:
+    """Cut between the loss and the lr of step 905, the loss judged alone would fire the
+    spike that the lr's jump, read next, inhibits: a step left open waits for the rest."""
+    for seed in range(4):
+        at = [k for k, p in enumerate(points(ONE_FILE, Random(seed))) if p.step == 905]
+        for cut in range(at[0], at[-1] + 2):
+            same(live([cut], seed))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, len(RECORDS) * len(TAGS)), max_size=300),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_no_live_reads_of_a_runs_file_change_a_verdict(cuts: list[int], seed: int) -> None:
+    same(live(cuts, seed))
+
+
+def test_an_open_step_is_judged_once_its_writer_has_been_quiet() -> None:
+    engine = Engine(PACK)
+    rows = [Row(s, T0 + s, ("loss", "lr"), (1.0, 1e-3)) for s in range(10)]
+    assert engine.feed_rows(RUN, rows, now=0.0) == []
+    nan = Row(10, T0 + 10, ("loss",), (math.nan,))  # its lr not read yet
+    assert engine.feed_rows(RUN, [nan], now=1.0) == []
+    assert engine.settle(1.0) == []  # left at 1.0: not before it
+    [page] = [t for t in engine.settle(6.0) if t.state == "firing"]
+    assert (page.rule, page.step) == ("loss_non_finite", 10)
