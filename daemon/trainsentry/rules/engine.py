@@ -142,7 +142,8 @@ class _Run:
     # the rows of a step a feed of points left open (`feed_all`: another run's point
     # came between two of its values): judged with the rest of the step
     held: list[Row] = field(default_factory=list)
-    # the tags of the step judged last: a step read live that lacks one of them may go on
+    # the tags of the step judged last: a step read live that holds some of them, not
+    # all, may go on
     # in the run's next read (`_feed`'s `now`)
     step_tags: tuple[str, ...] = ()
     # rule name → its layers' newest values: an `across_layers` rule compares them
@@ -156,12 +157,14 @@ class _Run:
 
 
 def _complete(before: tuple[str, ...], first: Row, more: list[Row]) -> bool:
-    """Whether a step read live holds every tag the run's step before held: then nothing
-    of it is still to come, as far as the run's writing shows."""
+    """Whether a step read live is all there, as far as the run's writing shows: it holds
+    every tag the step before it held, or none of them (a record of another kind, an
+    evaluation's line between training steps, is whole as written). Part of a step cut
+    by a read holds some of the tags its writer logs every step, not all."""
     if not more and first[2] == before:  # a record a step, the same tags every step
         return True
     tags = set(first[2]).union(*(row[2] for row in more))
-    return tags.issuperset(before)
+    return tags.issuperset(before) or tags.isdisjoint(before)
 
 
 def axis_of(tag: str) -> str:
@@ -314,9 +317,10 @@ class Engine:
         queue fills (SummaryWriter's 10 events), not where a step ends, and the step's
         other values come with the next read. Judged at once, its loss would be judged
         without the lr logged beside it, and a spike fire that replay, reading the
-        whole step, inhibits. So the last step of the rows is left open when it lacks a
-        tag the step before it held (a complete step, the common case, is judged at
-        once), and judged with the rest of it, or by `settle` once it waited.
+        whole step, inhibits. So the last step of the rows is left open when it holds some
+        of the tags the step before it held, not all (`_complete`; a complete step, the
+        common case, is judged at once), and judged with the rest of it, or by `settle`
+        once it waited.
         """
         out: list[Transition] = []
         self._feed(run_id, rows, out, opened=now)

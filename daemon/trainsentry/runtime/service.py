@@ -63,8 +63,8 @@ TICK_SECONDS = 1.0
 # How long a step read in part waits for the rest of it (Engine.feed_rows): a writer that
 # flushes a step in pieces sends the rest with its next flush, at the latest with the
 # next step's first values (SummaryWriter's queue of 10 events): a step's time later,
-# seconds for a large model. Only a step lacking a tag the step before it held waits;
-# a NaN in one is paged at most this much later.
+# seconds for a large model. Only a step holding some of the tags the step before it
+# held, not all, waits; a NaN in one is paged at most this much later.
 OPEN_STEP_SECONDS = 5.0
 # The stuck-loop guard is generous: killing a healthy daemon in a long
 # backfill would be worse than restarting a hung one a minute late.

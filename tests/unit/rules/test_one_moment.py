@@ -155,3 +155,14 @@ def test_an_open_step_is_judged_once_its_writer_has_been_quiet() -> None:
     assert engine.settle(1.0) == []  # left at 1.0: not before it
     [page] = [t for t in engine.settle(6.0) if t.state == "firing"]
     assert (page.rule, page.step) == ("loss_non_finite", 10)
+
+
+def test_a_record_of_another_kind_at_its_own_step_is_judged_at_once() -> None:
+    """An evaluation's line between training steps holds none of their tags: whole."""
+    engine = Engine(PACK)
+    rows = [Row(s, T0 + s, ("loss", "grad_norm"), (1.0, 1.0)) for s in range(10)]
+    assert engine.feed_rows(RUN, rows, now=0.0) == []
+    out = engine.feed_rows(RUN, [Row(10, T0 + 10, ("val_loss",), (math.nan,))], now=1.0)
+    assert [(t.rule, t.metric, t.step) for t in out if t.state == "firing"] == [
+        ("loss_non_finite", "val_loss", 10)
+    ]
