@@ -353,6 +353,30 @@ def _observable(run: ShapeRun) -> bool:
     return True
 
 
+# The logged losses before the onset a later point is told apart from: the run's own
+# spread at its cadence (20 points: a single batch's loss ranges ×3-5 over that many on
+# the corpus's small-batch shapes)
+SPREAD_POINTS = 20
+
+
+def _visible(run: ShapeRun, paged: int) -> str:
+    """Where a late page's fault first left the run's own spread: the loss point at or
+    after onset outside the range of the SPREAD_POINTS logged before it, and the page's
+    delay from there. Not scored: the target counts from the injection; this says
+    whether the points between were there to be seen (label noise shifts a single
+    batch's loss inside its old range for points after the onset)."""
+    if run.onset is None or run.label.get("fault") in ("frozen_layers", "slowdown"):
+        return ""  # their trace is not the loss: per-layer norms, wall time
+    losses = run.series("loss")
+    before = [v for st, v in losses if st < run.onset][-SPREAD_POINTS:]
+    low, high = min(before, default=math.nan), max(before, default=math.nan)
+    out = next((st for st, v in losses if st >= run.onset and not low <= v <= high), None)
+    if out is None:
+        return "; its loss never left its own spread"
+    delay = (paged - out) / run.log_every
+    return f"; its loss left its own spread at {out}, {delay:.1f} intervals before the page"
+
+
 def _wall_at(run: ShapeRun, step: int) -> float:
     """The wall time of the run's last loss point at or before `step`."""
     walls = [
@@ -385,7 +409,10 @@ def _score_fault(s: ShapeScore, run: ShapeRun, out: Replay) -> None:
         )
         if delay > MAX_PAGE_DELAY_INTERVALS and not seconds <= MAX_SLOWDOWN_DELAY_SECONDS:
             wall = f", {seconds:.1f} s" if math.isfinite(seconds) else ""
-            s.late.append(f"{run.name}: {delay:.1f} intervals{wall}, first {after[0]}")
+            s.late.append(
+                f"{run.name}: {delay:.1f} intervals{wall}, first {after[0]}"
+                + _visible(run, after[0].step)
+            )
     if run.crash is not None:
         s.crashes += 1
         visible = next((st for st, _ in run.series("loss") if st >= run.crash), run.crash)
