@@ -290,8 +290,8 @@ class Attempts:
             words = job.causes.get(key)
             if words is None and len(job.causes) < MAX_ATTEMPTS:
                 words = job.causes[key] = {}  # its cause waits for its first point
-            if words is not None and (run in words or len(words) < MAX_WORDS):
-                words[run] = (cause, waited)
+            if words is not None:
+                _keep(words, run, cause, waited)
             return None
         if int(before.key[1]) >= member.attempt:
             return None  # an earlier attempt's rank, read late
@@ -311,9 +311,10 @@ class Attempts:
         current = self._current.get(run)
         if current is None:
             return
-        # the scheduler's word, over the signal that ended its process
-        current.words = {"": (cause, False), **current.words}
-        current.cause = cause
+        # the scheduler's word first, over the signal that ended its process
+        others = {k: v for k, v in current.words.items() if k}
+        current.words = {"": (cause, False), **others}
+        _tell(current, "", cause, False)
         if run in self._closed or len(self._closed) < MAX_CLOSED:
             self._closed[run] = wall
 
@@ -350,16 +351,21 @@ class Attempts:
         self._node_of.pop(run, None)
 
 
-def _tell(attempt: Attempt, run: str, cause: str, waited: bool) -> None:
-    """A rank's word on how the attempt ended (a later one of the same rank replaces its
-    own: a specific rule's over the generic traceback's). The cause is the first rank's
-    that did not only wait on a peer: when one rank raises, the others' collectives end on
-    the connection it closed, and which rank's log is read first is chance."""
-    words = attempt.words
+def _keep(words: dict[str, tuple[str, bool]], run: str, cause: str, waited: bool) -> None:
+    """A rank's word on how an attempt ended, among the first MAX_WORDS ranks' (a later one
+    of the same rank replaces its own: a specific rule's over the generic traceback's)."""
     if run in words or len(words) < MAX_WORDS:
         words[run] = (cause, waited)
-    said = next((c for c, w in words.values() if not w), None)
-    attempt.cause = said or next(iter(words.values()), (attempt.cause, False))[0]
+
+
+def _tell(attempt: Attempt, run: str, cause: str, waited: bool) -> None:
+    """A rank's word kept, and the attempt's cause said again: the first rank's that did
+    not only wait on a peer (when one rank raises, the others' collectives end on the
+    connection it closed, and which rank's log is read first is chance), else the first."""
+    _keep(attempt.words, run, cause, waited)
+    said = [c for c, w in attempt.words.values() if not w] or [c for c, _ in attempt.words.values()]
+    if said:
+        attempt.cause = said[0]
 
 
 def judged(spec: m.Restarts, restart: Restart) -> tuple[bool, str]:

@@ -143,8 +143,7 @@ class _Run:
     # came between two of its values): judged with the rest of the step
     held: list[Row] = field(default_factory=list)
     # the tags of the step judged last: a step read live that holds some of them, not
-    # all, may go on
-    # in the run's next read (`_feed`'s `now`)
+    # all, may go on in the run's next read (`feed_rows`' `now`)
     step_tags: tuple[str, ...] = ()
     # rule name → its layers' newest values: an `across_layers` rule compares them
     layers: dict[str, LayerGroup] = field(default_factory=dict)

@@ -215,13 +215,15 @@ def test_a_requeue_line_makes_the_next_record_another_attempt_past_the_last_word
     line = TextEvent("slurm-42.out", 1, T0 + 200, (REQUEUE,), run="slurm")
     out += engine.feed([line])
     out += fed(engine, "slurm", range(200, 203), T0 + 205)  # its SIGTERM handler's records
-    assert fired(out) == [("slurm_requeued", "slurm")]
+    preempted = REQUEUE.replace("42", "43").replace("JOB REQUEUE", "PREEMPTION")
+    out += engine.feed([TextEvent("slurm-42.out", 2, T0 + 206, (preempted,), run="slurm")])
+    assert [rule for rule, _ in fired(out)] == ["slurm_requeued", "slurm_preempted"]
     assert engine.attempts.of("slurm") == (1, 1)
     out += fed(engine, "slurm", range(202, 260), T0 + 400)
     assert engine.attempts.of("slurm") == (2, 2)
     [restart] = [t for t in out if t.rule == "job_restarted"]
     assert "attempt 2 resumed at step 202" in restart.message
-    assert "ended: requeued by Slurm (job 42)" in restart.message
+    assert "ended: preempted by Slurm (job 43)" in restart.message  # its latest word
 
 
 def test_a_node_is_named_once_two_attempts_on_it_died_young_and_not_for_long_ones() -> None:
