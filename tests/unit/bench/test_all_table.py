@@ -3,23 +3,16 @@ cannot run gives a row saying why instead of ending the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support.paths import REPO
+from support.paths import REPO, bench_module
 
 
 def _all() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_all", REPO / "bench" / "all.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_all"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("bench_all", "all.py")
 
 
 def test_write_replaces_the_marked_section_and_nothing_else(tmp_path: Path) -> None:
