@@ -56,8 +56,9 @@ def dataset(runs: int, points: int, workers: int) -> Path:
     return cached(f"backfill_{runs}x{points}", write, what)
 
 
-def time_daemon(root: Path) -> tuple[float, str]:
-    """Seconds from starting `trainsentry run` with a fresh state dir to its "caught up" line."""
+def time_daemon(root: Path) -> tuple[float, str, int]:
+    """Seconds from starting `trainsentry run` with a fresh state dir to its "caught up"
+    line, and the daemon's peak resident memory (kB) by then."""
     with TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "trainsentry", "run", str(root)]
         cmd += ["--state-dir", str(Path(tmp) / "state"), "--http", "off"]
@@ -72,10 +73,12 @@ def time_daemon(root: Path) -> tuple[float, str]:
             else:
                 raise SystemExit(f"the daemon ended without catching up (rc {proc.wait()})")
             elapsed = time.monotonic() - start
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak = next(int(s.split()[1]) for s in status.splitlines() if s.startswith("VmHWM"))
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    return elapsed, line.strip()
+    return elapsed, line.strip(), peak
 
 
 def _tbparse_child(root: str, queue: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -110,9 +113,12 @@ def main() -> None:
 
     root = dataset(args.runs, args.points, args.workers)
     total = args.runs * (args.points // TAGS) * TAGS
-    daemon_s, line = time_daemon(root)
+    daemon_s, line, peak_kb = time_daemon(root)
     print(f"backfill: {args.runs} runs x {args.points:,} points ({total:,} points, torch writer)")
-    print(f"trainsentry run: caught up in {daemon_s:.1f} s, {total / daemon_s:,.0f} points/s")
+    print(
+        f"trainsentry run: caught up in {daemon_s:.1f} s, {total / daemon_s:,.0f} points/s,"
+        f" peak RSS {peak_kb / 1024:.0f} MiB"
+    )
     print(f"  ({line})")
     if args.no_tbparse:
         return

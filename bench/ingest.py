@@ -31,7 +31,6 @@ from cache import cached
 ROOT = Path(__file__).resolve().parent
 READERS = ("trainsentry", "tbparse", "loader", "rustboard")
 TAGS = 10
-CHUNK = 4 << 20
 
 
 def _value(step: int, tag: int) -> float:
@@ -84,6 +83,7 @@ def event_file(directory: Path) -> Path:
 
 
 def read_trainsentry(directory: Path, kind: str) -> int:
+    from trainsentry.sources.tail import READ_CHUNK  # the daemon's slice, so its peak memory
     from trainsentry.sources.tfevents import TfEventsDecoder
 
     path = event_file(directory)
@@ -93,7 +93,7 @@ def read_trainsentry(directory: Path, kind: str) -> int:
     pending = b""
     with path.open("rb") as f:
         while True:
-            chunk = f.read(CHUNK)
+            chunk = f.read(READ_CHUNK)
             data = pending + chunk if pending else chunk
             decoded = decoder.feed(data, at_eof=not chunk, file_time=mtime)
             points += len(decoded.samples)

@@ -12,14 +12,17 @@ a VM) make the per-record stages read a few hundredths of a µs/point high.
 
     python bench/stages.py --runs 1000 --seconds 60 [--minutes] [--prefill 4000] [--inject-every 2]
     python bench/stages.py --runs 1000 --seconds 30 --bare   # the total, no clocks in the way
+    python bench/stages.py --runs 1000 --seconds 30 --profile  # functions by own time (cProfile)
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import gc
 import multiprocessing as mp
+import pstats
 import sys
 import tempfile
 import threading
@@ -116,7 +119,14 @@ def main() -> None:
         action="store_true",
         help="no stage clocks: the daemon thread's total alone, without the clocks' own cost",
     )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile the measured phase (no stage clocks): functions by own time",
+    )
     args = ap.parse_args()
+    args.bare = args.bare or args.profile
+    profiler = cProfile.Profile() if args.profile else None
     gc.set_threshold(100_000, 50, 100)  # as cli.main sets it for `trainsentry run`
     clocks = Clocks()
     collecting: dict[int, float] = {}
@@ -166,6 +176,8 @@ def main() -> None:
         minute = (t0, c0, p0)
         injected, next_inject = 0, t0
         marks = (collections.Counter(clocks.seconds), collections.Counter(clocks.calls))
+        if profiler is not None:
+            profiler.enable()
         while time.monotonic() - t0 < args.seconds:
             daemon.cycle(timeout=0.5)
             if args.inject_every and time.monotonic() >= next_inject:
@@ -181,6 +193,8 @@ def main() -> None:
                 print(spent.table(n, time.monotonic() - minute[0], 16), file=sys.stderr, flush=True)
                 marks = (collections.Counter(clocks.seconds), collections.Counter(clocks.calls))
                 minute = (time.monotonic(), time.thread_time(), daemon.stats.points)
+        if profiler is not None:
+            profiler.disable()
         p1, c1, g1, t1 = (
             daemon.stats.points,
             time.thread_time(),
@@ -198,7 +212,10 @@ def main() -> None:
         f"{cpu / writers:.2f}x the writers' own {100 * writers:.1f}%",
         file=sys.stderr,
     )
-    print(clocks.table(points, elapsed), file=sys.stderr)
+    if profiler is not None:
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(45)
+    else:
+        print(clocks.table(points, elapsed), file=sys.stderr)
 
 
 if __name__ == "__main__":
