@@ -127,6 +127,18 @@ def is_slow_step(run: ShapeRun, step: int) -> bool:
     return run.onset <= step < run.onset + run.duration
 
 
+# The least a step takes in the runs whose pace is judged (a slowdown, the bursty
+# neighbour): the corpus's model takes 0.3-0.9 ms a step where real training takes
+# milliseconds to seconds, and at 0.3 ms a slowdown of 300 steps ×5 is over in
+# 0.5 s, before the 2 s the bench gives a page. At 2 ms it lasts 3 s on any machine.
+PACE_FLOOR_S = 0.002
+
+
+def paced(run: ShapeRun) -> bool:
+    """Whether the run's steps are held to PACE_FLOOR_S."""
+    return run.fault == "slowdown" or run.trap == "bursty_neighbour"
+
+
 # A neighbour that takes the cores for 0.3 s of every second from the run's first
 # second on, slowing the steps it overlaps ×4: what a shared training box does.
 BURST_PERIOD_S, BURST_S, BURST_FACTOR, BURSTS_FROM_S = 1.0, 0.3, 4.0, 1.0

@@ -18,7 +18,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from corpusgen.shapes.spec import BURST_FACTOR, ShapeRun, in_burst, is_slow_step, label_noise
+from corpusgen.shapes.spec import (
+    BURST_FACTOR,
+    PACE_FLOOR_S,
+    ShapeRun,
+    in_burst,
+    is_slow_step,
+    label_noise,
+    paced,
+)
 
 DIM = 32
 CLASSES = 10
@@ -138,6 +146,8 @@ class Monitor:
         exploded = math.isfinite(first) and loss > EXPLODED * first
         if self.crash_step is None and (not math.isfinite(loss) or exploded):
             self.crash_step = step
+        if paced(self.run) and self._ends:
+            time.sleep(max(0.0, self._ends[-1] + PACE_FLOOR_S - time.perf_counter()))
         slow = is_slow_step(self.run, step)
         burst = in_burst(self.run, time.perf_counter() - self._start)
         if slow or burst:

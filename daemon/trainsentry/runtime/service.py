@@ -222,18 +222,19 @@ class Service:
 
     def _evaluate(self, run: str, rows: list[Row]) -> None:
         rows = self.series_limit.admit(run, rows)
-        if rows and rows[0].tags and rows[0].tags[0].startswith(CHECKPOINT_PREFIX):
+        if not rows:  # every value of the read past the run's series limit: nothing to judge
+            return
+        if rows[0].tags and rows[0].tags[0].startswith(CHECKPOINT_PREFIX):
             self._checkpoints(run, rows)  # a checkpoint root's read: all its rows are such
             return
         self.store.extend_rows(run, rows)
         self.ranks.rows(run, rows)
-        if rows:
-            self.writers.grew(run)
-            self.deliver(self.log_engine.stepped(run, rows))
-            self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
-            life = self.log_engine.life(run)
-            if life is not None and life.ended:
-                return  # the last words of a run that ended, not a run to judge (log_rules.py)
+        self.writers.grew(run)
+        self.deliver(self.log_engine.stepped(run, rows))
+        self.deliver(self.log_engine.saw(run, rows[-1].step, rows[-1].wall_time))
+        life = self.log_engine.life(run)
+        if life is not None and life.ended:
+            return  # the last words of a run that ended, not a run to judge (log_rules.py)
         for part, step in self.silence.arrived(run, rows):  # cut where a clock stepped
             if step:  # a step left open is judged on the clock it was read by
                 self.deliver(self.engine.feed_rows(run, ()))
