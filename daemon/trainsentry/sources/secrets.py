@@ -33,9 +33,12 @@ _SHAPES: tuple[tuple[str, str], ...] = (
     (r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", rf"\1{MASK}@"),
     # HTTP authorization headers and their look-alikes
     (rf"(?i)\b(bearer|basic)({_SPACE}+)[A-Za-z0-9._~+/=-]{{8,}}", rf"\1\2{MASK}"),
-    # key=value and key: value pairs whose key says it is secret
+    # key=value and key: value pairs whose key says it is secret. Matched from the
+    # key's word, not from the start of its name (`db_password`): the name's head is
+    # kept as it is either way, and `\b[\w.-]*` before the word made a line of
+    # `a-a-a-…-token` cost 80 ms in Python's re (every `-` a new start, each scanning on)
     (
-        r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
+        r"(?i)((?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
         rf"[\"']?{_SPACE}*[=:]{_SPACE}*[\"']?)([^\s\"',;&]{{3,}})",
         rf"\1{MASK}",
     ),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainsentry.sinks.masking import mask_secrets
+from trainsentry.sources import secrets
 from trainsentry.sources.text_events import MAX_LINE_CHARS
 from trainsentry.sources.text_scan import PLAIN, plain_events
 from trainsentry.sources.textlog import TextDecoder, record_event
@@ -91,3 +96,27 @@ def test_a_long_line_without_a_credentials_hint_is_quoted_up_to_its_cut() -> Non
     line = "q" * (MAX_LINE_CHARS + 50)
     [event] = TextDecoder().feed(f"{line}\n".encode(), at_eof=True, file_time=1.0).events
     assert [x.lines[0] for x in plain_events(event)] == ["q" * MAX_LINE_CHARS]
+
+
+# The key=value shape as it was written before it was matched from the key's word: the
+# name's head (`db_` of `db_password`) was part of the match, which made a line of
+# `a-a-a-…-token` quadratic in Python's re. Both must mask every line the same.
+_KEY_FROM_NAME = re.compile(
+    r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
+    r"[\"']?[\s\x0b\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[=:]"
+    r"[\s\x0b\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[\"']?)"
+    r"([^\s\"',;&]{3,})"
+)
+_KEY_FROM_WORD = next(p for p in secrets._RULES if "password" in p[0].pattern)[0]
+
+
+_PIECES = [
+    "token", "Password", "pwd", "api-key", "API_KEY", "access_key", "secret", "db_", "my.",
+    "-", ".", "_", "a", "x1", "=", ":", "'", '"', ",", "é", "hunt3r", " ", "\xa0",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_the_key_shape_masks_as_when_matched_from_the_name(line: str) -> None:
+    assert _KEY_FROM_WORD.sub(r"\1****", line) == _KEY_FROM_NAME.sub(r"\1****", line)
