@@ -13,10 +13,14 @@ Measures, per shape, against the issue's targets:
   and how late: logging intervals from the first logged point at or after
   onset (the first abnormal point) to the first page (target: ≤ 3; a slowdown
   also meets it within 2 s of wall time from its onset, which where every
-  step is logged is the later of the two);
+  step is logged is the later of the two). A fault whose loss cannot be told
+  from the run's noise by then (`shown_at`: an exact rank test that knows the
+  onset) is timed from the point where it can, and listed apart; the count
+  from the first abnormal point is printed beside the table;
 - a fault the logs hold no trace of (frozen layers where no per-layer series is
-  written) is unobservable: listed apart, with the series that would have shown
-  it, and not scored as a miss;
+  written, a slowdown in rows without wall times or over in less than the 2 s
+  a page may take) is unobservable: listed apart, with the series that would
+  have shown it, and not scored as a miss;
 - crashes: a critical by the first logged point that shows the crash, and the
   lead before the crash in steps and logging intervals (negative: after);
 - pages per incident: a run's firing transitions grouped into one page until
