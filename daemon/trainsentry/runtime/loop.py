@@ -37,7 +37,7 @@ from trainsentry.sources.discover import LogFile, is_log, roots, run_directory, 
 from trainsentry.sources.following import Tail, follow
 from trainsentry.sources.names import safe_name
 from trainsentry.sources.survey import NO_FILES, nothing_readable
-from trainsentry.sources.tail import FileTail
+from trainsentry.sources.tail import READ_BUDGET, FileTail
 from trainsentry.state.db import Checkpoint, StateDB
 from trainsentry.terminal.progress import Backfill
 from trainsentry.watching import new_watcher
@@ -67,12 +67,6 @@ _NO_STORE = "not read as an MLflow store; read again at its next change"
 SAFETY_SWEEP_SECONDS = 30.0
 DEFAULT_POLL_SECONDS = 2.0
 SIGNAL_CHECK_SECONDS = 0.25
-# Bytes read from one file per cycle: a backfill proceeds in slices of a few
-# seconds of evaluation, so signals, heartbeats and other files get their turn.
-# A slice's records are all held until the engine has judged them: 16 MiB of
-# torch scalars (~300,000 points) took a backfill of 500,000-point runs to 278 MiB
-# RSS, 4 MiB to 119 MiB at the same speed (bench/backfill.py).
-READ_BUDGET = 4 << 20
 # Logs whose rows are not merged with their run's other files (run_merge.py): a
 # checkpoint root's rows are saves (judged apart, runtime/service.py), a text log's are
 # its ranks', a tracker's database holds many runs.

@@ -39,6 +39,13 @@ FINGERPRINT_BYTES = 64
 # objects the decoder makes in one go; 4 MiB cost 32 MiB more peak memory on a 1 M-point
 # file (bench/ingest.py) and read no faster.
 READ_CHUNK = 1 << 20
+# Bytes read from one file per call (the daemon's per cycle): a backfill proceeds in
+# slices of a few seconds of evaluation, so signals, heartbeats and other files get
+# their turn. A slice's records are all held until they are judged: 16 MiB of torch
+# scalars (~300,000 points) took the daemon's backfill of 500,000-point runs to 278 MiB
+# RSS, 4 MiB to 119 MiB at the same speed (bench/backfill.py); `dump` of one such file
+# held 353 MB at 64 MiB a read, 131 MB at 4.
+READ_BUDGET = 4 << 20
 # What one read of a live append asks for: far more than a second of a job's log,
 # and under the allocator's mmap threshold (pread allocates what it asks for).
 APPEND_CHUNK = 64 << 10
@@ -172,10 +179,8 @@ class FileTail:
             return {self.log.run, *self._rank_runs.values()}
         return {self.log.run}
 
-    def read(self, budget: int = 4 << 20, *, same_file: bool = False) -> TailRead:
-        """Read what was appended since the last call, up to about `budget` bytes (the
-        daemon's READ_BUDGET by default: `dump` of a 500,000-point file held 353 MB at
-        64 MiB a read, 131 MB at 4).
+    def read(self, budget: int = READ_BUDGET, *, same_file: bool = False) -> TailRead:
+        """Read what was appended since the last call, up to about `budget` bytes.
 
         `same_file`: the caller knows the path still names the file open here
         (no directory event named it since the last read), so an append is
