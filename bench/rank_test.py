@@ -52,17 +52,17 @@ def _u_rows(below: int) -> Iterator[list[float]]:
         yield row[below]
 
 
-def _u(after: list[float], before: list[float]) -> float:
-    """Pairs where the point after is higher; ties count half, a non-finite point
+def _wins(a: float, before: list[float]) -> float:
+    """The points before that `a` is higher than; ties count half, a non-finite point
     after counts as higher than every point before."""
-    u = 0.0
-    for a in after:
-        for b in before:
-            if not math.isfinite(a) or a > b:
-                u += 1.0
-            elif a == b:
-                u += 0.5
-    return u
+    if not math.isfinite(a):
+        return float(len(before))
+    return sum(1.0 if a > b else 0.5 if a == b else 0.0 for b in before)
+
+
+def _u(after: list[float], before: list[float]) -> float:
+    """Pairs where the point after is higher (U)."""
+    return sum(_wins(a, before) for a in after)
 
 
 def p_above(after: list[float], before: list[float]) -> float:
@@ -85,7 +85,9 @@ def first_visible(after: list[float], before: list[float]) -> int | None:
     if not before:
         return None
     rows = _u_rows(len(before))
-    for n in range(1, min(len(after), MAX_POINTS) + 1):
-        if _tail(next(rows), _u(after[:n], before)) < VISIBLE_P:
+    u = 0.0
+    for n, a in enumerate(after[:MAX_POINTS], 1):
+        u += _wins(a, before)  # U of the first n points, one point's pairs added a step
+        if _tail(next(rows), u) < VISIBLE_P:
             return n
     return None

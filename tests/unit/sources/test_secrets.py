@@ -103,9 +103,7 @@ def test_a_long_line_without_a_credentials_hint_is_quoted_up_to_its_cut() -> Non
 # `a-a-a-…-token` quadratic in Python's re. Both must mask every line the same.
 _KEY_FROM_NAME = re.compile(
     r"(?i)\b([\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?key|token)"
-    r"[\"']?[\s\x0b\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[=:]"
-    r"[\s\x0b\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*[\"']?)"
-    r"([^\s\"',;&]{3,})"
+    rf"[\"']?{secrets._SPACE}*[=:]{secrets._SPACE}*[\"']?)([^\s\"',;&]{{3,}})"
 )
 _KEY_FROM_WORD = next(p for p in secrets._RULES if "password" in p[0].pattern)[0]
 
